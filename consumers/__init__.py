@@ -1,0 +1,1 @@
+"""The FastStream worker app: stage subscribers, responders, embedded stack (composition root)."""

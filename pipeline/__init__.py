@@ -1,0 +1,1 @@
+"""Pure stage logic: extract, redact, dedupe, fuse. No I/O, no clock, no environment."""

@@ -1,0 +1,1 @@
+"""The agent SDK: publish turns, recall memories (async ``MemoryClient``, sync ``SyncMemoryClient``)."""

@@ -1,0 +1,1 @@
+"""Wire models and settings shared by every part of memstream (pydantic + stdlib only)."""

@@ -1,0 +1,69 @@
+"""Error codes and the error reply every responder sends.
+
+The exception tree (workers)::
+
+    MemstreamError
+    +-- ConfigurationError      bad settings: crash at start-up
+    +-- PermanentError          this message can never succeed: dead-letter it with the reason
+    |   +-- InvalidMessage      does not decode or validate
+    +-- TransientError          may succeed later: nack with a delay
+        +-- StorageUnavailable  Postgres or Qdrant did not answer
+
+Replies on request-reply subjects never carry a traceback, a driver message or
+a secret: only a code from ``ErrorCode`` and a sanitized sentence.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict
+
+
+class ErrorCode(StrEnum):
+    BAD_REQUEST = "bad_request"
+    UNAUTHORIZED = "unauthorized"
+    NOT_FOUND = "not_found"
+    UNAVAILABLE = "unavailable"
+    TIMEOUT = "timeout"
+    INTERNAL = "internal"
+
+
+class ErrorInfo(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    code: ErrorCode
+    message: str
+
+
+class ErrorReply(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    schema_version: Literal[1] = 1
+    ok: Literal[False] = False
+    error: ErrorInfo
+
+
+class MemstreamError(Exception):
+    """Base of every memstream worker error."""
+
+
+class ConfigurationError(MemstreamError):
+    """Settings are wrong; raised at start-up."""
+
+
+class PermanentError(MemstreamError):
+    """Retrying cannot help: the message goes to ``mem.dlq.<stage>`` with this reason."""
+
+
+class InvalidMessage(PermanentError):
+    """The payload does not decode or validate."""
+
+
+class TransientError(MemstreamError):
+    """May succeed later: the message is nacked with a delay."""
+
+
+class StorageUnavailable(TransientError):
+    """A store (Postgres, Qdrant) did not answer."""

@@ -1,0 +1,107 @@
+"""Memories: the candidates stages hand each other and the stored record."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from enum import StrEnum
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from memstream.schemas.events import Ident, MetaValue, OptIdent
+
+
+class MemoryType(StrEnum):
+    EPISODE = "episode"
+    PROFILE = "profile"
+    PREFERENCE = "preference"
+    RULE = "rule"
+    DECISION = "decision"
+    FACT = "fact"
+    FIX = "fix"
+    TODO = "todo"
+    TASK_BLUEPRINT = "task_blueprint"
+    SKILL_HEURISTIC = "skill_heuristic"
+    DOMAIN_PATTERN = "domain_pattern"
+    LESSON_LEARNED = "lesson_learned"
+
+
+class Scope(StrEnum):
+    RUN = "run"
+    SESSION = "session"
+    USER = "user"
+    PROJECT = "project"
+    GLOBAL = "global"
+
+
+Unit = Annotated[float, Field(ge=0.0, le=1.0)]
+
+
+class Owner(BaseModel):
+    """Whose memory it is. Every read and write is filtered by tenant and owner."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    tenant: Ident
+    user: OptIdent = None
+    agent: OptIdent = None
+
+    @property
+    def key(self) -> str:
+        return f"{self.user or ''}\x1e{self.agent or ''}"
+
+
+class Candidate(BaseModel):
+    """A memory candidate, as it travels extract -> redact -> dedupe -> store."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    schema_version: Literal[1] = 1
+    candidate_id: str
+    owner: Owner
+    app: OptIdent = None
+    project: OptIdent = None
+    session: Ident
+    type: MemoryType = MemoryType.EPISODE
+    scope: Scope = Scope.USER
+    content: str
+    salience: Unit = 0.5
+    confidence: Unit = 1.0
+    importance: Unit = 0.5
+    source_event_id: Ident
+    occurred_at: datetime
+    metadata: dict[str, MetaValue] = Field(default_factory=dict)
+    # Filled by redact: counts by placeholder type. Never the values.
+    redactions: dict[str, int] = Field(default_factory=dict)
+    redacted: bool = False
+
+
+class MemoryRecord(BaseModel):
+    """A stored memory, as recall and the management commands return it."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    id: str
+    tenant: str
+    user: str | None = None
+    agent: str | None = None
+    app: str | None = None
+    project: str | None = None
+    session: str
+    type: MemoryType
+    scope: Scope
+    content: str
+    content_hash: str
+    salience: float = 0.5
+    confidence: float = 1.0
+    importance: float = 0.5
+    pinned: bool = False
+    access_count: int = 0
+    source_event_ids: list[str] = Field(default_factory=list)
+    metadata: dict[str, MetaValue] = Field(default_factory=dict)
+    occurred_at: datetime
+    created_at: datetime
+    updated_at: datetime
+    expires_at: datetime | None = None
+    deleted_at: datetime | None = None
+    indexed: bool = False

@@ -1,0 +1,44 @@
+"""One Settings object, built once at the entry point and passed down.
+
+Environment: ``MEMSTREAM_`` prefix, ``__`` for nesting. With no URLs set, the
+embedded stack starts its own NATS, PostgreSQL and Qdrant Edge under ``state_dir``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import BaseModel, Field, SecretStr
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class StageSettings(BaseModel):
+    max_deliver: int = Field(default=5, ge=1)
+    ack_wait_s: float = Field(default=30.0, gt=0)
+    batch_size: int = Field(default=64, ge=1, le=1000)
+    retry_delays_s: list[float] = Field(default_factory=lambda: [1.0, 5.0, 30.0])
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(
+        env_prefix="MEMSTREAM_", env_nested_delimiter="__", extra="ignore"
+    )
+
+    nats_url: str | None = None
+    database_url: SecretStr | None = None
+    qdrant_url: str | None = None
+    qdrant_api_key: SecretStr | None = None
+    state_dir: Path = Path(".memstream")
+
+    collection: str = "memories"
+    embedding_model: str | None = None  # a fastembed model name; default: the packaged static model
+    embedding_path: Path | None = None  # a local model directory
+    # Keys the redaction placeholders (same value -> same token within a tenant).
+    redaction_key: SecretStr = SecretStr("memstream-dev-redaction-key")
+
+    stage: StageSettings = Field(default_factory=StageSettings)
+    turns_max_age_s: float = 7 * 24 * 3600  # raw turns carry PII: short retention
+    duplicate_window_s: float = 120.0
+    recall_timeout_s: float = 2.0
+    rrf_k: int = 60
+    log_level: str = "INFO"

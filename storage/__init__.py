@@ -1,0 +1,1 @@
+"""Storage adapters (Postgres, Qdrant, embeddings) behind the Protocols in ``ports``."""
