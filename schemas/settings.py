@@ -25,6 +25,7 @@ class Settings(BaseSettings):
     )
 
     nats_url: str | None = None
+    namespace: str = "mem"  # subject prefix; streams are named after it (MEM_TURNS ...)
     database_url: SecretStr | None = None
     qdrant_url: str | None = None
     qdrant_api_key: SecretStr | None = None

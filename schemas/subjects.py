@@ -10,24 +10,22 @@
 | mem.cmd.<verb>                            | core request-reply, queue group   |
 
 ``mem.recall`` and ``mem.cmd.*`` are outside every stream's subjects, so no
-stream captures a request and answers it with a PubAck.
+stream captures a request and answers it with a PubAck. The ``mem`` prefix is
+configurable (``MEMSTREAM_NAMESPACE``) so that several deployments, or tests,
+share one NATS server without seeing each other; stream names follow it
+(``mem`` -> ``MEM_TURNS``).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 _SAFE = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-")
 
-PREFIX = "mem"
-STREAM_TURNS = "MEM_TURNS"
-STREAM_STAGES = "MEM_STAGES"
-STREAM_EVENTS = "MEM_EVENTS"
-STREAM_DLQ = "MEM_DLQ"
-
 STAGES = ("extract", "redact", "dedupe", "store")
-RECALL = f"{PREFIX}.recall"
-QUEUE_GROUP = "memstream-workers"
 DLQ_REASON_HEADER = "Memstream-Dlq-Reason"
 DLQ_STAGE_HEADER = "Memstream-Dlq-Stage"
+DLQ_SUBJECT_HEADER = "Memstream-Dlq-Subject"
 MSG_ID_HEADER = "Nats-Msg-Id"
 
 
@@ -61,36 +59,53 @@ def untoken(tok: str) -> str:
     return raw.decode("utf-8")
 
 
-def turns(tenant: str, owner: str, session: str) -> str:
-    return f"{PREFIX}.turns.{token(tenant)}.{token(owner)}.{token(session)}"
+@dataclass(frozen=True, slots=True)
+class Subjects:
+    """Subject and stream names under one namespace prefix (default ``mem``)."""
 
+    prefix: str = "mem"
 
-def turns_filter(tenant: str, owner: str | None = None) -> str:
-    """Subject filter for one tenant's (or one owner's) raw turns, for purges."""
-    if owner is None:
-        return f"{PREFIX}.turns.{token(tenant)}.>"
-    return f"{PREFIX}.turns.{token(tenant)}.{token(owner)}.*"
+    def __post_init__(self) -> None:
+        if not self.prefix or any(ch not in _SAFE for ch in self.prefix):
+            raise ValueError("namespace must match [A-Za-z0-9_-]+")
 
+    def stream(self, kind: str) -> str:
+        """``turns`` -> ``MEM_TURNS``."""
+        return f"{self.prefix.upper().replace('-', '_')}_{kind.upper()}"
 
-def stage(name: str, tenant: str) -> str:
-    return f"{PREFIX}.stage.{name}.{token(tenant)}"
+    @property
+    def recall(self) -> str:
+        return f"{self.prefix}.recall"
 
+    @property
+    def queue_group(self) -> str:
+        return f"{self.prefix}-workers"
 
-def stage_filter(name: str) -> str:
-    return f"{PREFIX}.stage.{name}.*"
+    def turns(self, tenant: str, owner: str, session: str) -> str:
+        return f"{self.prefix}.turns.{token(tenant)}.{token(owner)}.{token(session)}"
 
+    def turns_filter(self, tenant: str | None = None, owner: str | None = None) -> str:
+        """All raw turns, one tenant's, or one owner's (for erasure purges)."""
+        if tenant is None:
+            return f"{self.prefix}.turns.>"
+        if owner is None:
+            return f"{self.prefix}.turns.{token(tenant)}.>"
+        return f"{self.prefix}.turns.{token(tenant)}.{token(owner)}.*"
 
-def events(tenant: str) -> str:
-    return f"{PREFIX}.events.{token(tenant)}"
+    def stage(self, name: str, tenant: str) -> str:
+        return f"{self.prefix}.stage.{name}.{token(tenant)}"
 
+    def stage_filter(self, name: str | None = None) -> str:
+        return f"{self.prefix}.stage.>" if name is None else f"{self.prefix}.stage.{name}.*"
 
-def dlq(stage_name: str) -> str:
-    return f"{PREFIX}.dlq.{stage_name}"
+    def events(self, tenant: str | None = None) -> str:
+        return f"{self.prefix}.events.>" if tenant is None else f"{self.prefix}.events.{token(tenant)}"
 
+    def dlq(self, stage_name: str | None = None) -> str:
+        return f"{self.prefix}.dlq.>" if stage_name is None else f"{self.prefix}.dlq.{stage_name}"
 
-def cmd(verb: str) -> str:
-    return f"{PREFIX}.cmd.{verb}"
+    def cmd(self, verb: str) -> str:
+        return f"{self.prefix}.cmd.{verb}"
 
-
-def durable(stage_name: str) -> str:
-    return f"memstream-{stage_name}"
+    def durable(self, stage_name: str) -> str:
+        return f"{self.prefix}-{stage_name}"

@@ -1,0 +1,136 @@
+"""Composition root: settings -> stores, stages, subscribers, responders.
+
+``Worker`` runs every stage (extract, redact, dedupe, store), the recall
+responder and the index reconciler on one FastStream NATS broker. Run several
+processes to scale: durable pull consumers share the work, the recall
+responder is a queue-group member.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from dataclasses import dataclass, field
+from typing import Any
+
+import nats
+from faststream import AckPolicy
+from faststream.nats import JStream, NatsBroker, PullSub
+from faststream.nats.annotations import NatsMessage
+from pydantic import ValidationError
+
+from memstream.consumers import topology
+from memstream.consumers.logs import log
+from memstream.consumers.recall import RecallService, error_reply
+from memstream.consumers.stages import STAGE_WORK, Deps, StageRunner, point_from_record
+from memstream.pipeline.redact import Redactor
+from memstream.schemas.errors import ErrorCode, MemstreamError
+from memstream.schemas.recall import RecallRequest
+from memstream.schemas.settings import Settings
+from memstream.schemas.subjects import STAGES, Subjects
+from memstream.storage.ports import Embedder, VectorIndex
+from memstream.storage.postgres import PgStore
+
+RECONCILE_EVERY_S = 5.0
+
+
+def _sanitized(exc: ValidationError) -> str:
+    """Field paths and messages only: never the input values (they may hold secrets)."""
+    return "; ".join(
+        f"{'.'.join(map(str, e['loc'])) or '<root>'}: {e['msg']}" for e in exc.errors()[:5]
+    )
+
+
+@dataclass
+class Worker:
+    settings: Settings
+    nats_url: str
+    pg: PgStore
+    vectors: VectorIndex
+    embedder: Embedder
+    redactor: Redactor
+    broker: NatsBroker = field(init=False)
+    deps: Deps = field(init=False)
+    recall: RecallService = field(init=False)
+    _nc: Any = field(init=False, default=None)
+    _reconciler: asyncio.Task[None] | None = field(init=False, default=None)
+
+    async def start(self) -> None:
+        s = Subjects(self.settings.namespace)
+        self._nc = await nats.connect(self.nats_url, name="memstream-worker-control")
+        js = self._nc.jetstream()
+        topo = await topology.apply(js, self.settings)
+        self.deps = Deps(self.settings, s, js, self.pg, self.vectors, self.embedder, self.redactor)
+        self.recall = RecallService(self.pg, self.vectors, self.embedder, self.settings.rrf_k)
+        self.broker = NatsBroker(self.nats_url, ack_policy=AckPolicy.MANUAL, logger=None,
+                                 name="memstream-worker", graceful_timeout=10.0)
+        for stage in STAGES:
+            stream, ccfg = topo.consumers[stage]
+            runner = StageRunner(stage, self.deps, STAGE_WORK[stage])
+            self.broker.subscriber(
+                ccfg.filter_subject or "",
+                stream=JStream(stream, declare=False),
+                durable=ccfg.durable_name,
+                pull_sub=PullSub(batch_size=self.settings.stage.batch_size, timeout=1.0),
+                ack_policy=AckPolicy.MANUAL,
+            )(self._handler(runner))
+        self.broker.subscriber(s.recall, queue=s.queue_group,
+                               ack_policy=AckPolicy.MANUAL)(self._on_recall)
+        await self.broker.start()
+        self._reconciler = asyncio.create_task(self._reconcile_forever())
+        log.info("worker.started", nats=self.nats_url, namespace=s.prefix, stages=list(STAGES))
+
+    @staticmethod
+    def _handler(runner: StageRunner) -> Any:
+        async def handle(msg: NatsMessage) -> None:
+            await runner(msg)
+
+        handle.__name__ = f"stage_{runner.name}"
+        return handle
+
+    async def _on_recall(self, msg: NatsMessage) -> bytes:
+        try:
+            req = RecallRequest.model_validate_json(msg.body)
+        except ValidationError as exc:
+            self.recall.failed += 1
+            return error_reply(ErrorCode.BAD_REQUEST, f"invalid recall request: {_sanitized(exc)}")
+        try:
+            reply = await self.recall.recall(req)
+        except MemstreamError:
+            self.recall.failed += 1
+            return error_reply(ErrorCode.UNAVAILABLE, "recall is unavailable: no store answered")
+        except Exception:
+            self.recall.failed += 1
+            log.exception("recall.error", tenant=req.tenant)
+            return error_reply(ErrorCode.INTERNAL, "recall failed inside the server")
+        self.recall.served += 1
+        return reply.model_dump_json().encode()
+
+    async def reconcile_once(self) -> int:
+        """Index memories kept in Postgres while the vector index was down."""
+        pending = await self.pg.unindexed()
+        if not pending:
+            return 0
+        vectors = self.embedder.embed([m.content for m in pending])
+        points = [point_from_record(m, v) for m, v in zip(pending, vectors, strict=True)]
+        await self.vectors.upsert(points)
+        await self.pg.mark_indexed([m.id for m in pending])
+        log.info("reconcile.indexed", count=len(points))
+        return len(points)
+
+    async def _reconcile_forever(self) -> None:
+        while True:
+            await asyncio.sleep(RECONCILE_EVERY_S)
+            try:
+                await self.reconcile_once()
+            except MemstreamError as exc:
+                log.warning("reconcile.failed", error=type(exc).__name__)
+
+    async def stop(self) -> None:
+        if self._reconciler is not None:
+            self._reconciler.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._reconciler
+        await self.broker.stop()
+        if self._nc is not None:
+            await self._nc.drain()

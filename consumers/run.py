@@ -1,0 +1,146 @@
+"""``memstream dev`` (embedded stack + every worker in one process) and
+``memstream worker`` (workers against configured services)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import signal
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from memstream.consumers.app import Worker
+from memstream.consumers.embedded import EmbeddedNats, EmbeddedPostgres
+from memstream.consumers.logs import configure, log
+from memstream.pipeline.redact import Redactor
+from memstream.producers.client import STACK_FILE
+from memstream.schemas.errors import ConfigurationError
+from memstream.schemas.settings import Settings
+from memstream.storage.embedding import make_embedder
+from memstream.storage.ports import VectorIndex
+from memstream.storage.postgres import PgStore
+
+
+def make_vector_index(settings: Settings) -> VectorIndex:
+    if settings.qdrant_url:
+        from memstream.storage.qdrant_server import ServerVectorIndex
+
+        key = settings.qdrant_api_key.get_secret_value() if settings.qdrant_api_key else None
+        return ServerVectorIndex(url=settings.qdrant_url, api_key=key,
+                                 collection=settings.collection)
+    from memstream.storage.qdrant_edge import EdgeVectorIndex
+
+    return EdgeVectorIndex(settings.state_dir / "qdrant" / settings.collection)
+
+
+@dataclass
+class Stack:
+    """Everything a worker needs, started (embedded) or connected (configured)."""
+
+    settings: Settings
+    nats_url: str
+    database_url: str
+    pg: PgStore
+    vectors: VectorIndex
+    embedded: list[Any] = field(default_factory=list)
+    schema: str = "public"
+
+    @classmethod
+    async def open(cls, settings: Settings, schema: str = "public") -> Stack:
+        embedded: list[Any] = []
+        state = settings.state_dir
+        try:
+            if settings.nats_url:
+                nats_url = settings.nats_url
+            else:
+                n = await asyncio.to_thread(EmbeddedNats.start, state / "nats")
+                embedded.append(n)
+                nats_url = n.url
+            if settings.database_url:
+                db = settings.database_url.get_secret_value()
+            else:
+                p = await asyncio.to_thread(EmbeddedPostgres.start, state / "postgres")
+                embedded.append(p)
+                db = p.dsn
+            pg = await PgStore.connect(db, schema=schema)
+            vectors = make_vector_index(settings)
+        except BaseException:
+            for e in reversed(embedded):
+                e.stop()
+            raise
+        return cls(settings, nats_url, db, pg, vectors, embedded, schema)
+
+    async def close(self) -> None:
+        await self.vectors.close()
+        await self.pg.close()
+        for e in reversed(self.embedded):
+            await asyncio.to_thread(e.stop)
+
+
+def make_worker(stack: Stack) -> Worker:
+    s = stack.settings
+    embedder = make_embedder(s.embedding_model, s.embedding_path)
+    redactor = Redactor(key=s.redaction_key.get_secret_value().encode())
+    return Worker(s, stack.nats_url, stack.pg, stack.vectors, embedder, redactor)
+
+
+async def serve(settings: Settings, announce: bool) -> int:
+    configure(settings.log_level)
+    settings.state_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        stack = await Stack.open(settings)
+        worker = make_worker(stack)
+        await worker.vectors.ensure(worker.embedder.dim)
+        await worker.start()
+    except ConfigurationError as exc:
+        log.error("startup.failed", error=str(exc))
+        return 2
+    stack_file = settings.state_dir / STACK_FILE
+    stack_file.write_text(json.dumps({"nats_url": stack.nats_url, "namespace": settings.namespace}))
+    if announce:
+        where = "embedded" if stack.embedded else "configured"
+        print(f"memstream is running ({where} stack, state in {settings.state_dir.resolve()})\n"
+              f"  NATS      {stack.nats_url}   (recall: {worker.deps.subjects.recall})\n"
+              f"  Postgres  {_redact_dsn(stack.database_url)}\n"
+              f"  Qdrant    {settings.qdrant_url or 'Qdrant Edge at ' + str(settings.state_dir / 'qdrant')}\n"
+              f"  try:      memstream publish --user alice 'I prefer green tea'\n"
+              f"            memstream recall --user alice 'what tea?'\n"
+              f"Ctrl-C stops everything.", flush=True)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    print("stopping ...", flush=True)
+    await worker.stop()
+    await stack.close()
+    with contextlib.suppress(OSError):
+        stack_file.unlink()
+    print("stopped.", flush=True)
+    return 0
+
+
+def _redact_dsn(dsn: str) -> str:
+    """Hide the password of a DSN for display."""
+    if "@" in dsn and ":" in dsn.split("@", 1)[0].split("//", 1)[-1]:
+        scheme, rest = dsn.split("//", 1)
+        creds, host = rest.split("@", 1)
+        return f"{scheme}//{creds.split(':', 1)[0]}:***@{host}"
+    return dsn
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    dev = sub.add_parser("dev", help="run the whole pipeline (embedded stack unless URLs are set)")
+    dev.add_argument("--state-dir", type=Path, default=None)
+    dev.set_defaults(func=lambda a: asyncio.run(serve(_settings(a), announce=True)))
+    worker = sub.add_parser("worker", help="run the workers against configured services")
+    worker.add_argument("--state-dir", type=Path, default=None)
+    worker.set_defaults(func=lambda a: asyncio.run(serve(_settings(a), announce=False)))
+
+
+def _settings(a: argparse.Namespace) -> Settings:
+    s = Settings()
+    return s.model_copy(update={"state_dir": a.state_dir}) if a.state_dir else s

