@@ -1,0 +1,51 @@
+# One task runner for people, pre-commit and CI. `make run` and `make test` work on a fresh
+# machine: each creates .venv and installs what it needs (PyPI only).
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed-stamp
+
+.PHONY: install run test unit integration lint fmt bench-redaction bench-locomo bench-recall clean
+
+$(STAMP): pyproject.toml setup.py
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e ".[dev]"
+	touch $(STAMP)
+
+install: $(STAMP)
+
+## the whole pipeline on the embedded stack (NATS, PostgreSQL, Qdrant Edge under .memstream/)
+run: install
+	$(BIN)/memstream dev
+
+## lint, types, import contracts, then every test tier
+test: install lint
+	$(BIN)/pytest -q
+
+unit: install
+	$(BIN)/pytest -q tests/unit
+
+integration: install
+	$(BIN)/pytest -q tests/integration tests/contract
+
+lint: install
+	$(BIN)/ruff check .
+	$(BIN)/lint-imports
+	$(BIN)/mypy schemas pipeline
+
+fmt: install
+	$(BIN)/ruff format .
+	$(BIN)/ruff check --fix .
+
+bench-redaction: install
+	$(BIN)/memstream bench redaction --data ../shared/bench/redaction-dev.jsonl
+
+bench-locomo: install
+	$(BIN)/memstream bench locomo --data ../shared/bench/locomo-dev.json
+
+bench-recall: install
+	$(BIN)/memstream bench recall --memories 100000
+
+clean:
+	rm -rf $(VENV) .memstream build dist *.egg-info

@@ -1,0 +1,94 @@
+"""A running worker (every stage + recall responder) on real NATS, Postgres and Qdrant Edge."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from memstream.consumers.app import Worker
+from memstream.consumers.run import make_vector_index
+from memstream.pipeline.redact import Redactor
+from memstream.producers.client import MemoryClient
+from memstream.schemas.settings import Settings, StageSettings
+from memstream.storage.embedding import make_embedder
+from memstream.storage.postgres import PgStore
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="session")
+def embedder():  # type: ignore[no-untyped-def]
+    return make_embedder(None, None)
+
+
+@dataclass
+class Running:
+    settings: Settings
+    worker: Worker
+    pg: PgStore
+    nats_url: str
+
+    def client(self, tenant: str, **kw: object) -> MemoryClient:
+        return MemoryClient(tenant, nats_url=self.nats_url, namespace=self.settings.namespace, **kw)
+
+    async def wait_for(self, predicate: Callable[[], Awaitable[bool]], timeout: float = 30.0,
+                       what: str = "condition") -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if await predicate():
+                return
+            await asyncio.sleep(0.05)
+        raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+
+    async def drained(self) -> bool:
+        """True once every stage consumer has nothing pending or unacked."""
+        js = self.worker.deps.js
+        for stage, (stream, cfg) in _consumers(self.settings).items():
+            info = await js.consumer_info(stream, cfg)
+            if info.num_pending or info.num_ack_pending:
+                return False
+        return True
+
+
+def _consumers(settings: Settings) -> dict[str, tuple[str, str]]:
+    from memstream.consumers.topology import topology
+
+    return {k: (v[0], v[1].durable_name or "") for k, v in topology(settings).consumers.items()}
+
+
+@pytest.fixture
+async def running(nats_url: str, pg: PgStore, namespace: str, tmp_path: Path,
+                  embedder) -> AsyncIterator[Running]:  # type: ignore[no-untyped-def]
+    settings = Settings(
+        nats_url=nats_url, namespace=namespace, state_dir=tmp_path,
+        stage=StageSettings(max_deliver=3, retry_delays_s=[0.2, 0.5], ack_wait_s=10),
+    )
+    vectors = make_vector_index(settings)
+    await vectors.ensure(embedder.dim)
+    worker = Worker(settings, nats_url, pg, vectors, embedder, Redactor(key=b"test-key"))
+    await worker.start()
+    yield Running(settings, worker, pg, nats_url)
+    await worker.stop()
+    await vectors.close()
+    await _delete_streams(nats_url, settings)
+
+
+async def _delete_streams(nats_url: str, settings: Settings) -> None:
+    """Leave a shared server as it was: drop this test's streams."""
+    import nats
+
+    from memstream.schemas.subjects import Subjects
+
+    nc = await nats.connect(nats_url)
+    js = nc.jetstream()
+    for kind in ("turns", "stages", "events", "dlq"):
+        try:
+            await js.delete_stream(Subjects(settings.namespace).stream(kind))
+        except Exception:  # noqa: BLE001 - already gone is fine
+            pass
+    await nc.close()
