@@ -7,9 +7,14 @@ per turn; typed candidates come from ``memstream.pipeline.rules`` when present.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from memstream.schemas.events import Message, Role, TurnEvent
 from memstream.schemas.ids import derived_id
 from memstream.schemas.memory import Candidate, MemoryType, Owner, Scope
+
+if TYPE_CHECKING:
+    from memstream.pipeline.rules import Extractor
 
 MAX_EPISODE_CHARS = 8_000
 
@@ -33,11 +38,13 @@ def episode_text(event: TurnEvent) -> str:
     return "\n".join(lines)[:MAX_EPISODE_CHARS]
 
 
-def extract(event: TurnEvent) -> list[Candidate]:
-    """One episode candidate per turn (none if nothing in the turn is kept)."""
+def extract(event: TurnEvent, extractor: Extractor | None = None) -> list[Candidate]:
+    """One episode per turn (none if nothing in the turn is kept), then the typed
+    candidates ``extractor`` finds (rules by default)."""
     text = episode_text(event)
     if not text:
         return []
+    typed = (extractor or DEFAULT_EXTRACTOR).candidates(event)
     owner = Owner(tenant=event.tenant, user=event.user, agent=event.agent)
     return [
         Candidate(
@@ -55,5 +62,15 @@ def extract(event: TurnEvent) -> list[Candidate]:
             source_event_id=event.event_id,
             occurred_at=event.occurred_at,
             metadata=dict(event.metadata),
-        )
+        ),
+        *typed,
     ]
+
+
+def _default() -> Extractor:
+    from memstream.pipeline.rules import RuleExtractor
+
+    return RuleExtractor()
+
+
+DEFAULT_EXTRACTOR = _default()

@@ -10,10 +10,10 @@ def turn(*messages: Message, **kw: object) -> TurnEvent:
 
 def test_one_episode_from_user_and_final_assistant() -> None:
     """A plain exchange yields one episode holding both sides."""
-    out = extract(turn(Message(role=Role.USER, content="I live in Lisbon"),
+    out = extract(turn(Message(role=Role.USER, content="It rained all day in Lisbon"),
                        Message(role=Role.ASSISTANT, content="Noted!")))
     assert len(out) == 1
-    assert out[0].content == "user: I live in Lisbon\nassistant: Noted!"
+    assert out[0].content == "user: It rained all day in Lisbon\nassistant: Noted!"
     assert out[0].type.value == "episode"
 
 
