@@ -17,19 +17,21 @@ import nats
 from faststream import AckPolicy
 from faststream.nats import JStream, NatsBroker, PullSub
 from faststream.nats.annotations import NatsMessage
-from pydantic import ValidationError
-
 from memstream.consumers import topology
+from memstream.consumers.commands import CommandService
 from memstream.consumers.logs import log
 from memstream.consumers.recall import RecallService, error_reply
 from memstream.consumers.stages import STAGE_WORK, Deps, StageRunner, point_from_record
 from memstream.pipeline.redact import Redactor
+from memstream.schemas.commands import VERBS
 from memstream.schemas.errors import ErrorCode, MemstreamError
+from memstream.schemas.memory import MemoryEvent
 from memstream.schemas.recall import RecallRequest
 from memstream.schemas.settings import Settings
 from memstream.schemas.subjects import STAGES, Subjects
 from memstream.storage.ports import Embedder, VectorIndex
 from memstream.storage.postgres import PgStore
+from pydantic import ValidationError
 
 RECONCILE_EVERY_S = 5.0
 
@@ -52,6 +54,7 @@ class Worker:
     broker: NatsBroker = field(init=False)
     deps: Deps = field(init=False)
     recall: RecallService = field(init=False)
+    commands: CommandService = field(init=False)
     _nc: Any = field(init=False, default=None)
     _reconciler: asyncio.Task[None] | None = field(init=False, default=None)
 
@@ -60,10 +63,25 @@ class Worker:
         self._nc = await nats.connect(self.nats_url, name="memstream-worker-control")
         js = self._nc.jetstream()
         topo = await topology.apply(js, self.settings)
-        self.deps = Deps(self.settings, s, js, self.pg, self.vectors, self.embedder, self.redactor)
+        self.deps = Deps(
+            self.settings,
+            s,
+            js,
+            self.pg,
+            self.vectors,
+            self.embedder,
+            self.redactor,
+            clock=self.pg.clock,
+        )
         self.recall = RecallService(self.pg, self.vectors, self.embedder, self.settings.rrf_k)
-        self.broker = NatsBroker(self.nats_url, ack_policy=AckPolicy.MANUAL, logger=None,
-                                 name="memstream-worker", graceful_timeout=10.0)
+        self.commands = CommandService(self.deps, self.recall)
+        self.broker = NatsBroker(
+            self.nats_url,
+            ack_policy=AckPolicy.MANUAL,
+            logger=None,
+            name="memstream-worker",
+            graceful_timeout=10.0,
+        )
         for stage in STAGES:
             stream, ccfg = topo.consumers[stage]
             runner = StageRunner(stage, self.deps, STAGE_WORK[stage])
@@ -74,8 +92,13 @@ class Worker:
                 pull_sub=PullSub(batch_size=self.settings.stage.batch_size, timeout=1.0),
                 ack_policy=AckPolicy.MANUAL,
             )(self._handler(runner))
-        self.broker.subscriber(s.recall, queue=s.queue_group,
-                               ack_policy=AckPolicy.MANUAL)(self._on_recall)
+        self.broker.subscriber(s.recall, queue=s.queue_group, ack_policy=AckPolicy.MANUAL)(
+            self._on_recall
+        )
+        for verb in VERBS:
+            self.broker.subscriber(s.cmd(verb), queue=s.queue_group, ack_policy=AckPolicy.MANUAL)(
+                self._command_handler(verb)
+            )
         await self.broker.start()
         self._reconciler = asyncio.create_task(self._reconcile_forever())
         log.info("worker.started", nats=self.nats_url, namespace=s.prefix, stages=list(STAGES))
@@ -86,6 +109,13 @@ class Worker:
             await runner(msg)
 
         handle.__name__ = f"stage_{runner.name}"
+        return handle
+
+    def _command_handler(self, verb: str) -> Any:
+        async def handle(msg: NatsMessage) -> bytes:
+            return await self.commands.handle(verb, msg.body)
+
+        handle.__name__ = f"cmd_{verb}"
         return handle
 
     async def _on_recall(self, msg: NatsMessage) -> bytes:
@@ -118,13 +148,35 @@ class Worker:
         log.info("reconcile.indexed", count=len(points))
         return len(points)
 
+    async def sweep_once(self) -> int:
+        """Purge expired memories from Postgres and the vector index; emit ``expired``."""
+        removed = await self.pg.purge_expired()
+        by_tenant: dict[str, list[str]] = {}
+        for tenant, mid in removed:
+            by_tenant.setdefault(tenant, []).append(mid)
+        for tenant, ids in by_tenant.items():
+            await self.vectors.delete(tenant, ids)
+            for mid in ids:
+                await self.deps.emit(
+                    MemoryEvent(kind="expired", tenant=tenant, memory_id=mid, at=self.deps.clock()),
+                    "sweeper",
+                )
+        if removed:
+            log.info("sweep.expired", count=len(removed))
+        return len(removed)
+
     async def _reconcile_forever(self) -> None:
+        ticks = 0
         while True:
             await asyncio.sleep(RECONCILE_EVERY_S)
+            ticks += 1
             try:
                 await self.reconcile_once()
+                if ticks * RECONCILE_EVERY_S >= self.settings.sweep_every_s:
+                    ticks = 0
+                    await self.sweep_once()
             except MemstreamError as exc:
-                log.warning("reconcile.failed", error=type(exc).__name__)
+                log.warning("maintenance.failed", error=type(exc).__name__)
 
     async def stop(self) -> None:
         if self._reconciler is not None:

@@ -56,9 +56,20 @@ class EmbeddedNats:
         port, mport = free_port(), free_port()
         log = open(data_dir / "nats-server.log", "ab")  # noqa: SIM115 - owned by the process
         proc = subprocess.Popen(
-            [nats_server_binary(), "-a", "127.0.0.1", "-p", str(port), "-m", str(mport),
-             "-js", "-sd", str(data_dir / "jetstream")],
-            stdout=log, stderr=subprocess.STDOUT,
+            [
+                nats_server_binary(),
+                "-a",
+                "127.0.0.1",
+                "-p",
+                str(port),
+                "-m",
+                str(mport),
+                "-js",
+                "-sd",
+                str(data_dir / "jetstream"),
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
         )
         log.close()
         try:
@@ -123,23 +134,57 @@ class EmbeddedPostgres:
         uid = cls._prepare_user(data_dir)
         run = dict(user=uid, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         if not (data_dir / "PG_VERSION").exists():
-            subprocess.run([cls._bin("initdb"), "-D", str(data_dir), "-U", "postgres",
-                            "--auth=trust", "--encoding=UTF8", "--no-sync"], **run)  # type: ignore[call-overload]
+            subprocess.run(
+                [
+                    cls._bin("initdb"),
+                    "-D",
+                    str(data_dir),
+                    "-U",
+                    "postgres",
+                    "--auth=trust",
+                    "--encoding=UTF8",
+                    "--no-sync",
+                ],
+                **run,
+            )  # type: ignore[call-overload]
         pidfile = data_dir / "postmaster.pid"
         if pidfile.exists():  # a server left running by an earlier run: stop it, start ours
-            subprocess.run([cls._bin("pg_ctl"), "-D", str(data_dir), "-m", "fast", "-w", "stop"],
-                           user=uid, check=False, capture_output=True)
+            subprocess.run(
+                [cls._bin("pg_ctl"), "-D", str(data_dir), "-m", "fast", "-w", "stop"],
+                user=uid,
+                check=False,
+                capture_output=True,
+            )
         port = free_port()
         opts = f"-h 127.0.0.1 -p {port} -k '' -c fsync=on -c max_connections=200"
         try:
-            subprocess.run([cls._bin("pg_ctl"), "-D", str(data_dir), "-w", "-t", "60",
-                            "-l", str(data_dir / "postgres.log"), "-o", opts, "start"],
-                           timeout=90, **run)  # type: ignore[call-overload]
+            subprocess.run(
+                [
+                    cls._bin("pg_ctl"),
+                    "-D",
+                    str(data_dir),
+                    "-w",
+                    "-t",
+                    "60",
+                    "-l",
+                    str(data_dir / "postgres.log"),
+                    "-o",
+                    opts,
+                    "start",
+                ],
+                timeout=90,
+                **run,
+            )  # type: ignore[call-overload]
         except subprocess.CalledProcessError as exc:
             tail = (data_dir / "postgres.log").read_text(errors="replace")[-2000:]
             raise ConfigurationError(f"embedded postgres did not start:\n{tail}") from exc
         return cls(f"postgresql://postgres@127.0.0.1:{port}/postgres", data_dir, uid)
 
     def stop(self) -> None:
-        subprocess.run([self._bin("pg_ctl"), "-D", str(self.data_dir), "-m", "fast", "-w", "stop"],
-                       user=self._user, check=False, capture_output=True, timeout=60)
+        subprocess.run(
+            [self._bin("pg_ctl"), "-D", str(self.data_dir), "-m", "fast", "-w", "stop"],
+            user=self._user,
+            check=False,
+            capture_output=True,
+            timeout=60,
+        )

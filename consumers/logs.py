@@ -10,7 +10,9 @@ import structlog
 
 def configure(level: str = "INFO") -> None:
     renderer: structlog.typing.Processor = (
-        structlog.dev.ConsoleRenderer() if sys.stderr.isatty() else structlog.processors.JSONRenderer()
+        structlog.dev.ConsoleRenderer()
+        if sys.stderr.isatty()
+        else structlog.processors.JSONRenderer()
     )
     structlog.configure(
         processors=[

@@ -29,8 +29,9 @@ def make_vector_index(settings: Settings) -> VectorIndex:
         from memstream.storage.qdrant_server import ServerVectorIndex
 
         key = settings.qdrant_api_key.get_secret_value() if settings.qdrant_api_key else None
-        return ServerVectorIndex(url=settings.qdrant_url, api_key=key,
-                                 collection=settings.collection)
+        return ServerVectorIndex(
+            url=settings.qdrant_url, api_key=key, collection=settings.collection
+        )
     from memstream.storage.qdrant_edge import EdgeVectorIndex
 
     return EdgeVectorIndex(settings.state_dir / "qdrant" / settings.collection)
@@ -102,13 +103,16 @@ async def serve(settings: Settings, announce: bool) -> int:
     stack_file.write_text(json.dumps({"nats_url": stack.nats_url, "namespace": settings.namespace}))
     if announce:
         where = "embedded" if stack.embedded else "configured"
-        print(f"memstream is running ({where} stack, state in {settings.state_dir.resolve()})\n"
-              f"  NATS      {stack.nats_url}   (recall: {worker.deps.subjects.recall})\n"
-              f"  Postgres  {_redact_dsn(stack.database_url)}\n"
-              f"  Qdrant    {settings.qdrant_url or 'Qdrant Edge at ' + str(settings.state_dir / 'qdrant')}\n"
-              f"  try:      memstream publish --user alice 'I prefer green tea'\n"
-              f"            memstream recall --user alice 'what tea?'\n"
-              f"Ctrl-C stops everything.", flush=True)
+        print(
+            f"memstream is running ({where} stack, state in {settings.state_dir.resolve()})\n"
+            f"  NATS      {stack.nats_url}   (recall: {worker.deps.subjects.recall})\n"
+            f"  Postgres  {_redact_dsn(stack.database_url)}\n"
+            f"  Qdrant    {settings.qdrant_url or 'Qdrant Edge at ' + str(settings.state_dir / 'qdrant')}\n"
+            f"  try:      memstream publish --user alice 'I prefer green tea'\n"
+            f"            memstream recall --user alice 'what tea?'\n"
+            f"Ctrl-C stops everything.",
+            flush=True,
+        )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):

@@ -17,16 +17,13 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
-from nats.js import JetStreamContext
-from pydantic import BaseModel, ValidationError
-
 from memstream.consumers.logs import log
-from memstream.pipeline import dedupe
+from memstream.pipeline import dedupe, lifecycle
 from memstream.pipeline.extract import extract
 from memstream.pipeline.redact import Redactor
 from memstream.schemas.errors import InvalidMessage, PermanentError, TransientError
 from memstream.schemas.events import TurnEvent
-from memstream.schemas.memory import Candidate, MemoryRecord
+from memstream.schemas.memory import Candidate, MemoryEvent, MemoryRecord, Owner
 from memstream.schemas.settings import Settings
 from memstream.schemas.subjects import (
     DLQ_REASON_HEADER,
@@ -35,8 +32,10 @@ from memstream.schemas.subjects import (
     MSG_ID_HEADER,
     Subjects,
 )
-from memstream.storage.ports import Embedder, VectorIndex, VectorPoint
+from memstream.storage.ports import Embedder, VectorFilter, VectorIndex, VectorPoint
 from memstream.storage.postgres import PgStore
+from nats.js import JetStreamContext
+from pydantic import BaseModel, ValidationError
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -75,11 +74,21 @@ class Deps:
     embedder: Embedder
     redactor: Redactor
     metrics: dict[str, StageMetrics] = field(default_factory=dict)
+    clock: Callable[[], datetime] = field(default=lambda: datetime.now(UTC))
+
+    async def emit(self, event: MemoryEvent, cause: str) -> None:
+        """Publish a memory event on ``mem.events.<tenant>`` (deduplicated by cause)."""
+        await self.publish(
+            self.subjects.events(event.tenant),
+            event,
+            f"{event.kind}:{event.memory_id or '-'}:{cause}",
+        )
 
     async def publish(self, subject: str, model: BaseModel, msg_id: str) -> None:
         """JetStream publish with ``Nats-Msg-Id``; returns once the PubAck arrived."""
-        await self.js.publish(subject, model.model_dump_json().encode(),
-                              headers={MSG_ID_HEADER: msg_id}, timeout=5.0)
+        await self.js.publish(
+            subject, model.model_dump_json().encode(), headers={MSG_ID_HEADER: msg_id}, timeout=5.0
+        )
 
 
 Work = Callable[[Deps, bytes], Awaitable[int]]
@@ -122,8 +131,9 @@ class StageRunner:
         delays = self.deps.settings.stage.retry_delays_s or [1.0]
         delay = delays[min(delivered - 1, len(delays) - 1)]
         self.metrics.retried += 1
-        log.warning("stage.retry", stage=self.name, delivered=delivered, delay_s=delay,
-                    reason=reason)
+        log.warning(
+            "stage.retry", stage=self.name, delivered=delivered, delay_s=delay, reason=reason
+        )
         await msg.nack(delay=delay)
 
     async def _dead_letter(self, msg: Any, reason: str) -> None:
@@ -135,8 +145,9 @@ class StageRunner:
             DLQ_SUBJECT_HEADER: raw.subject,
             MSG_ID_HEADER: f"dlq:{self.name}:{raw.subject}:{seq}",
         }
-        await self.deps.js.publish(self.deps.subjects.dlq(self.name), msg.body, headers=headers,
-                                   timeout=5.0)
+        await self.deps.js.publish(
+            self.deps.subjects.dlq(self.name), msg.body, headers=headers, timeout=5.0
+        )
         await msg.reject()  # term: the dead-letter copy is durable now
         self.metrics.dead_lettered += 1
         self.metrics.last_error = reason[:200]
@@ -148,11 +159,18 @@ class StageRunner:
 
 async def extract_work(deps: Deps, body: bytes) -> int:
     event = decode(TurnEvent, body)
+    owner = Owner(tenant=event.tenant, user=event.user, agent=event.agent)
+    if await deps.pg.is_memory_off(event.tenant, owner.key, event.session):
+        return 0  # memory is off for this session: the turn is consumed, nothing is stored
     candidates = extract(event)
-    await asyncio.gather(*(
-        deps.publish(deps.subjects.stage("redact", c.owner.tenant), c, f"redact:{c.candidate_id}")
-        for c in candidates
-    ))
+    await asyncio.gather(
+        *(
+            deps.publish(
+                deps.subjects.stage("redact", c.owner.tenant), c, f"redact:{c.candidate_id}"
+            )
+            for c in candidates
+        )
+    )
     return len(candidates)
 
 
@@ -169,8 +187,9 @@ def _redact_candidate(deps: Deps, c: Candidate) -> Candidate:
             metadata[k] = r.text
         else:
             metadata[k] = v
-    return c.model_copy(update={"content": out.text, "metadata": metadata,
-                                "redactions": counts, "redacted": True})
+    return c.model_copy(
+        update={"content": out.text, "metadata": metadata, "redactions": counts, "redacted": True}
+    )
 
 
 async def redact_work(deps: Deps, body: bytes) -> int:
@@ -190,35 +209,63 @@ async def dedupe_work(deps: Deps, body: bytes) -> int:
     if await deps.pg.exists(c.owner.tenant, keyed.memory_id):
         await deps.pg.upsert(keyed.memory_id, keyed.content_hash, c)  # merge the source event
         return 0
+    vector = deps.embedder.embed_query(c.content)
+    flt = VectorFilter(
+        tenant=c.owner.tenant,
+        user=c.owner.user,
+        agent=c.owner.agent,
+        types=(c.type,),
+        now=deps.clock().timestamp(),
+    )
+    similar = dedupe.near_duplicate(
+        await deps.vectors.search(vector, flt, 3),
+        keyed.memory_id,
+        deps.settings.near_duplicate_similarity,
+    )
+    if similar is not None and await deps.pg.merge(c.owner.tenant, similar, c.source_event_id):
+        await deps.emit(
+            MemoryEvent(
+                kind="merged",
+                tenant=c.owner.tenant,
+                memory_id=similar,
+                type=c.type,
+                source_event_id=c.source_event_id,
+                at=deps.clock(),
+            ),
+            c.source_event_id,
+        )
+        return 0
     await deps.publish(deps.subjects.stage("store", c.owner.tenant), c, f"store:{c.candidate_id}")
     return 1
 
 
-class MemoryEvent(BaseModel):
-    """Published on ``mem.events.<tenant>``: what happened, never the content."""
-
-    schema_version: int = 1
-    kind: str
-    tenant: str
-    memory_id: str
-    type: str
-    source_event_id: str
-    at: datetime
-
-
 def point_for(memory_id: str, c: Candidate, vector: list[float]) -> VectorPoint:
     return VectorPoint(
-        id=memory_id, vector=vector, tenant=c.owner.tenant, user=c.owner.user,
-        agent=c.owner.agent, session=c.session, type=c.type, scope=c.scope,
+        id=memory_id,
+        vector=vector,
+        tenant=c.owner.tenant,
+        user=c.owner.user,
+        agent=c.owner.agent,
+        session=c.session,
+        type=c.type,
+        scope=c.scope,
         occurred_at=c.occurred_at.timestamp(),
+        expires_at=c.expires_at.timestamp() if c.expires_at and not c.pinned else None,
     )
 
 
 def point_from_record(m: MemoryRecord, vector: list[float]) -> VectorPoint:
     return VectorPoint(
-        id=m.id, vector=vector, tenant=m.tenant, user=m.user, agent=m.agent, session=m.session,
-        type=m.type, scope=m.scope, occurred_at=m.occurred_at.timestamp(),
-        expires_at=m.expires_at.timestamp() if m.expires_at else None,
+        id=m.id,
+        vector=vector,
+        tenant=m.tenant,
+        user=m.user,
+        agent=m.agent,
+        session=m.session,
+        type=m.type,
+        scope=m.scope,
+        occurred_at=m.occurred_at.timestamp(),
+        expires_at=m.expires_at.timestamp() if m.expires_at and not m.pinned else None,
     )
 
 
@@ -226,6 +273,9 @@ async def store_work(deps: Deps, body: bytes) -> int:
     c = decode(Candidate, body)
     if not c.redacted:
         raise PermanentError("candidate reached store without passing redact")
+    expires = lifecycle.expires_at(c, deps.clock(), deps.settings.ttl_s)
+    if expires != c.expires_at:
+        c = c.model_copy(update={"expires_at": expires})
     keyed = dedupe.key(c)
     inserted = await deps.pg.upsert(keyed.memory_id, keyed.content_hash, c)
     try:
@@ -236,11 +286,15 @@ async def store_work(deps: Deps, body: bytes) -> int:
     else:
         await deps.pg.mark_indexed([keyed.memory_id])
     kind = "stored" if inserted else "merged"
-    event = MemoryEvent(kind=kind, tenant=c.owner.tenant, memory_id=keyed.memory_id,
-                        type=c.type.value, source_event_id=c.source_event_id,
-                        at=datetime.now(UTC))
-    await deps.publish(deps.subjects.events(c.owner.tenant), event,
-                       f"{kind}:{keyed.memory_id}:{c.source_event_id}")
+    event = MemoryEvent(
+        kind=kind,
+        tenant=c.owner.tenant,
+        memory_id=keyed.memory_id,
+        type=c.type,
+        source_event_id=c.source_event_id,
+        at=deps.clock(),
+    )
+    await deps.emit(event, c.source_event_id)
     return 1
 
 

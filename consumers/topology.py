@@ -5,6 +5,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from memstream.schemas.errors import ConfigurationError
+from memstream.schemas.settings import Settings
+from memstream.schemas.subjects import STAGES, Subjects
 from nats.js import JetStreamContext
 from nats.js.api import (
     AckPolicy,
@@ -17,10 +20,6 @@ from nats.js.api import (
 )
 from nats.js.errors import BadRequestError, NotFoundError
 
-from memstream.schemas.errors import ConfigurationError
-from memstream.schemas.settings import Settings
-from memstream.schemas.subjects import STAGES, Subjects
-
 DAY = 24 * 3600.0
 
 
@@ -32,38 +31,63 @@ class Topology:
 
 def topology(settings: Settings) -> Topology:
     s = Subjects(settings.namespace)
-    common = dict(storage=StorageType.FILE, discard=DiscardPolicy.OLD,
-                  duplicate_window=settings.duplicate_window_s)
+    common = dict(
+        storage=StorageType.FILE,
+        discard=DiscardPolicy.OLD,
+        duplicate_window=settings.duplicate_window_s,
+    )
     streams = [
-        StreamConfig(name=s.stream("turns"), subjects=[s.turns_filter()],
-                     retention=RetentionPolicy.LIMITS, max_age=settings.turns_max_age_s,
-                     description="raw turn events from agents (may hold PII: short retention)",
-                     **common),
-        StreamConfig(name=s.stream("stages"), subjects=[s.stage_filter()],
-                     retention=RetentionPolicy.WORK_QUEUE, max_age=7 * DAY,
-                     description="hand-off between pipeline stages", **common),
-        StreamConfig(name=s.stream("events"), subjects=[s.events()],
-                     retention=RetentionPolicy.LIMITS, max_age=30 * DAY,
-                     description="what happened to memories (no raw PII)", **common),
-        StreamConfig(name=s.stream("dlq"), subjects=[s.dlq()],
-                     retention=RetentionPolicy.LIMITS, max_age=14 * DAY,
-                     description="messages a stage gave up on, reason in headers", **common),
+        StreamConfig(
+            name=s.stream("turns"),
+            subjects=[s.turns_filter()],
+            retention=RetentionPolicy.LIMITS,
+            max_age=settings.turns_max_age_s,
+            description="raw turn events from agents (may hold PII: short retention)",
+            **common,
+        ),
+        StreamConfig(
+            name=s.stream("stages"),
+            subjects=[s.stage_filter()],
+            retention=RetentionPolicy.WORK_QUEUE,
+            max_age=7 * DAY,
+            description="hand-off between pipeline stages",
+            **common,
+        ),
+        StreamConfig(
+            name=s.stream("events"),
+            subjects=[s.events()],
+            retention=RetentionPolicy.LIMITS,
+            max_age=30 * DAY,
+            description="what happened to memories (no raw PII)",
+            **common,
+        ),
+        StreamConfig(
+            name=s.stream("dlq"),
+            subjects=[s.dlq()],
+            retention=RetentionPolicy.LIMITS,
+            max_age=14 * DAY,
+            description="messages a stage gave up on, reason in headers",
+            **common,
+        ),
     ]
     st = settings.stage
     consumers: dict[str, tuple[str, ConsumerConfig]] = {}
     for stage in STAGES:
         stream = s.stream("turns") if stage == "extract" else s.stream("stages")
         subject = s.turns_filter() if stage == "extract" else s.stage_filter(stage)
-        consumers[stage] = (stream, ConsumerConfig(
-            durable_name=s.durable(stage),
-            description=f"memstream {stage} stage",
-            deliver_policy=DeliverPolicy.ALL,
-            ack_policy=AckPolicy.EXPLICIT,
-            ack_wait=st.ack_wait_s,
-            max_deliver=st.max_deliver,
-            filter_subject=subject,
-            max_ack_pending=st.batch_size * 16,
-        ))
+        consumers[stage] = (
+            stream,
+            ConsumerConfig(
+                durable_name=s.durable(stage),
+                description=f"memstream {stage} stage",
+                deliver_policy=DeliverPolicy.ALL,
+                ack_policy=AckPolicy.EXPLICIT,
+                ack_wait=st.ack_wait_s,
+                max_deliver=st.max_deliver,
+                filter_subject=subject,
+                max_ack_pending=st.batch_size * 16,
+            ),
+        )
     return Topology(streams, consumers)
 
 

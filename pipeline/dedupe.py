@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from memstream.schemas.ids import MemoryId, content_hash, memory_id
@@ -22,3 +23,14 @@ def key(candidate: Candidate) -> Keyed:
     chash = content_hash(candidate.content)
     mid = memory_id(candidate.owner.tenant, candidate.owner.key, candidate.type.value, chash)
     return Keyed(candidate=candidate, content_hash=chash, memory_id=mid)
+
+
+def near_duplicate(
+    neighbours: Sequence[tuple[str, float]], own_id: str, min_similarity: float
+) -> str | None:
+    """The nearest same-owner memory at least ``min_similarity`` (cosine) close, if any.
+    The candidate's own id never counts (a replay is an exact duplicate, not a near one)."""
+    for mid, similarity in neighbours:
+        if mid != own_id and similarity >= min_similarity:
+            return mid
+    return None

@@ -21,8 +21,11 @@ from memstream.schemas.ids import derived_id
 from memstream.schemas.memory import Candidate, MemoryType, Owner, Scope
 
 _SENTENCE = re.compile(r"[^.!?\n]+[.!?]?")
-_NOISE = re.compile(r"^\s*(ok(ay)?|thanks?( you)?|thx|cool|great|nice|sure|yes|no|hi|hello|hey|"
-                    r"bye|lol|haha|got it|sounds good)\W*$", re.I)
+_NOISE = re.compile(
+    r"^\s*(ok(ay)?|thanks?( you)?|thx|cool|great|nice|sure|yes|no|hi|hello|hey|"
+    r"bye|lol|haha|got it|sounds good)\W*$",
+    re.I,
+)
 
 
 class Extractor(Protocol):
@@ -47,33 +50,97 @@ def _r(expr: str) -> re.Pattern[str]:
 
 
 RULES: tuple[Rule, ...] = (
-    Rule(MemoryType.RULE, _r(r"^\s*(please )?(always|never)\b|\b(you|we) (should|must) (always|never)\b"
-                             r"|\bdon'?t ever\b|\bmake sure (to|that) you\b"), 0.8, 0.8),
+    Rule(
+        MemoryType.RULE,
+        _r(
+            r"^\s*(please )?(always|never)\b|\b(you|we) (should|must) (always|never)\b"
+            r"|\bdon'?t ever\b|\bmake sure (to|that) you\b"
+        ),
+        0.8,
+        0.8,
+    ),
     Rule(MemoryType.PROFILE, _r(r"\b(my name is|i am called|i'?m called)\b"), 0.9, 0.8),
-    Rule(MemoryType.PROFILE, _r(r"\bi (work|am working) (at|for|as)\b|\bi'?m an? \w+ (at|by)\b"),
-         0.8, 0.7),
+    Rule(
+        MemoryType.PROFILE,
+        _r(r"\bi (work|am working) (at|for|as)\b|\bi'?m an? \w+ (at|by)\b"),
+        0.8,
+        0.7,
+    ),
     Rule(MemoryType.PROFILE, _r(r"\bi (live|grew up) in\b|\bi'?m from\b|\bi am from\b"), 0.8, 0.7),
-    Rule(MemoryType.PREFERENCE,
-         _r(r"\bi (really |strongly |much )?(prefer|like|love|enjoy|hate|dislike|can'?t stand)\b"
-            r"|\bmy favou?rite\b|\bi'?d rather\b"), 0.75, 0.6),
-    Rule(MemoryType.DECISION,
-         _r(r"\bwe (decided|agreed|chose|settled on|are going with|will go with)\b"
-            r"|\blet'?s go with\b|\bthe decision (is|was)\b|\bi (decided|chose) to\b"),
-         0.75, 0.7, assistant_too=True, scope=Scope.PROJECT),
+    Rule(
+        MemoryType.PREFERENCE,
+        _r(
+            r"\bi (really |strongly |much )?(prefer|like|love|enjoy|hate|dislike|can'?t stand)\b"
+            r"|\bmy favou?rite\b|\bi'?d rather\b"
+        ),
+        0.75,
+        0.6,
+    ),
+    Rule(
+        MemoryType.DECISION,
+        _r(
+            r"\bwe (decided|agreed|chose|settled on|are going with|will go with)\b"
+            r"|\blet'?s go with\b|\bthe decision (is|was)\b|\bi (decided|chose) to\b"
+        ),
+        0.75,
+        0.7,
+        assistant_too=True,
+        scope=Scope.PROJECT,
+    ),
     Rule(MemoryType.FACT, _r(r"\bmy (\w+ ){0,2}(is|are) \S"), 0.6, 0.6),
-    Rule(MemoryType.FIX, _r(r"\bthe (fix|solution|workaround) (was|is)\b|\bfixed (it|this|that) by\b"
-                            r"|\bresolved (it |this )?by\b"), 0.8, 0.7, assistant_too=True,
-         scope=Scope.PROJECT),
-    Rule(MemoryType.TODO, _r(r"\btodo\b|\bremind me (to|about)\b|\bdon'?t (let me )?forget to\b"
-                             r"|\bi need to\b"), 0.7, 0.6),
-    Rule(MemoryType.LESSON_LEARNED, _r(r"\blesson(s)? learned\b|\bnext time,? (we|i) should\b"
-                                       r"|\bi learned that\b"), 0.75, 0.7, assistant_too=True),
-    Rule(MemoryType.SKILL_HEURISTIC, _r(r"\b(rule of thumb|a good trick|pro tip|tip:)"), 0.7, 0.6,
-         assistant_too=True),
-    Rule(MemoryType.TASK_BLUEPRINT, _r(r"\bthe steps (are|to)\b|\bstep 1\b|\bfirst,? .* then\b"),
-         0.6, 0.6, assistant_too=True, scope=Scope.PROJECT),
-    Rule(MemoryType.DOMAIN_PATTERN, _r(r"\b(in general|typically|as a rule),? (in|for|with)\b"),
-         0.6, 0.5, assistant_too=True, scope=Scope.PROJECT),
+    Rule(
+        MemoryType.FIX,
+        _r(
+            r"\bthe (fix|solution|workaround) (was|is)\b|\bfixed (it|this|that) by\b"
+            r"|\bresolved (it |this )?by\b"
+        ),
+        0.8,
+        0.7,
+        assistant_too=True,
+        scope=Scope.PROJECT,
+    ),
+    Rule(
+        MemoryType.TODO,
+        _r(
+            r"\btodo\b|\bremind me (to|about)\b|\bdon'?t (let me )?forget to\b"
+            r"|\bi need to\b"
+        ),
+        0.7,
+        0.6,
+    ),
+    Rule(
+        MemoryType.LESSON_LEARNED,
+        _r(
+            r"\blesson(s)? learned\b|\bnext time,? (we|i) should\b"
+            r"|\bi learned that\b"
+        ),
+        0.75,
+        0.7,
+        assistant_too=True,
+    ),
+    Rule(
+        MemoryType.SKILL_HEURISTIC,
+        _r(r"\b(rule of thumb|a good trick|pro tip|tip:)"),
+        0.7,
+        0.6,
+        assistant_too=True,
+    ),
+    Rule(
+        MemoryType.TASK_BLUEPRINT,
+        _r(r"\bthe steps (are|to)\b|\bstep 1\b|\bfirst,? .* then\b"),
+        0.6,
+        0.6,
+        assistant_too=True,
+        scope=Scope.PROJECT,
+    ),
+    Rule(
+        MemoryType.DOMAIN_PATTERN,
+        _r(r"\b(in general|typically|as a rule),? (in|for|with)\b"),
+        0.6,
+        0.5,
+        assistant_too=True,
+        scope=Scope.PROJECT,
+    ),
 )
 
 _FACT_KEY = re.compile(r"\bmy ((?:\w+ ){0,2}?\w+) (?:is|are)\b", re.I)
@@ -120,15 +187,26 @@ class RuleExtractor:
                     key = fact_key(sentence) if rule.type is MemoryType.FACT else None
                     if key:
                         meta["fact_key"] = key
-                    out.append(Candidate(
-                        candidate_id=derived_id(event.tenant, event.event_id, rule.type.value,
-                                                f"{mi}.{si}"),
-                        owner=owner, app=event.app, project=event.project, session=event.session,
-                        type=rule.type, scope=rule.scope, content=sentence, salience=salience,
-                        confidence=0.7, importance=rule.importance,
-                        source_event_id=event.event_id, occurred_at=event.occurred_at,
-                        metadata=meta,
-                    ))
+                    out.append(
+                        Candidate(
+                            candidate_id=derived_id(
+                                event.tenant, event.event_id, rule.type.value, f"{mi}.{si}"
+                            ),
+                            owner=owner,
+                            app=event.app,
+                            project=event.project,
+                            session=event.session,
+                            type=rule.type,
+                            scope=rule.scope,
+                            content=sentence,
+                            salience=salience,
+                            confidence=0.7,
+                            importance=rule.importance,
+                            source_event_id=event.event_id,
+                            occurred_at=event.occurred_at,
+                            metadata=meta,
+                        )
+                    )
                     break  # one type per sentence: the first (most specific) rule wins
                 if len(out) >= self.max_per_turn:
                     return out

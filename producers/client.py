@@ -31,16 +31,15 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import nats
-from nats.errors import Error as NatsError
-from nats.errors import NoRespondersError
-from nats.errors import TimeoutError as NatsTimeout
-from pydantic import ValidationError
-
 from memstream.schemas.errors import ErrorCode, ErrorReply
 from memstream.schemas.events import Message, MetaValue, Role, TurnEvent
 from memstream.schemas.memory import MemoryType, Scope
 from memstream.schemas.recall import Method, RecallReply, RecallRequest
 from memstream.schemas.subjects import MSG_ID_HEADER, Subjects
+from nats.errors import Error as NatsError
+from nats.errors import NoRespondersError
+from nats.errors import TimeoutError as NatsTimeout
+from pydantic import ValidationError
 
 __all__ = [
     "MemoryClient",
@@ -96,9 +95,17 @@ def discover_nats_url(state_dir: str | os.PathLike[str] | None = None) -> str:
 class MemoryClient:
     """Async client bound to one tenant (and optionally a default user/agent)."""
 
-    def __init__(self, tenant: str, *, user: str | None = None, agent: str | None = None,
-                 nats_url: str | None = None, namespace: str | None = None,
-                 recall_timeout: float = 2.0, publish_timeout: float = 5.0) -> None:
+    def __init__(
+        self,
+        tenant: str,
+        *,
+        user: str | None = None,
+        agent: str | None = None,
+        nats_url: str | None = None,
+        namespace: str | None = None,
+        recall_timeout: float = 2.0,
+        publish_timeout: float = 5.0,
+    ) -> None:
         self.tenant, self.user, self.agent = tenant, user, agent
         self._url = nats_url or discover_nats_url()
         self.subjects = Subjects(namespace or os.environ.get("MEMSTREAM_NAMESPACE", "mem"))
@@ -111,8 +118,9 @@ class MemoryClient:
     async def connect(self) -> MemoryClient:
         if self._nc is None:
             try:
-                self._nc = await nats.connect(self._url, name="memstream-sdk",
-                                              connect_timeout=2, max_reconnect_attempts=-1)
+                self._nc = await nats.connect(
+                    self._url, name="memstream-sdk", connect_timeout=2, max_reconnect_attempts=-1
+                )
             except (OSError, NatsError) as exc:
                 raise MemoryClientError("cannot connect to the memory service") from exc
             self._js = self._nc.jetstream()
@@ -131,36 +139,65 @@ class MemoryClient:
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
 
-    def make_turn(self, messages: Sequence[Message | dict[str, Any] | tuple[str, str]], *,
-                  session: str = "default", user: str | None = None, agent: str | None = None,
-                  event_id: str | None = None, metadata: dict[str, MetaValue] | None = None,
-                  occurred_at: datetime | None = None, **fields: Any) -> TurnEvent:
+    def make_turn(
+        self,
+        messages: Sequence[Message | dict[str, Any] | tuple[str, str]],
+        *,
+        session: str = "default",
+        user: str | None = None,
+        agent: str | None = None,
+        event_id: str | None = None,
+        metadata: dict[str, MetaValue] | None = None,
+        occurred_at: datetime | None = None,
+        **fields: Any,
+    ) -> TurnEvent:
         """Build a TurnEvent; messages may be Message, dicts, or (role, content) pairs."""
         msgs = [
-            Message(role=Role(m[0]), content=m[1]) if isinstance(m, tuple)
-            else m if isinstance(m, Message) else Message.model_validate(m)
+            Message(role=Role(m[0]), content=m[1])
+            if isinstance(m, tuple)
+            else m
+            if isinstance(m, Message)
+            else Message.model_validate(m)
             for m in messages
         ]
-        extra: dict[str, Any] = {k: v for k, v in (("event_id", event_id),
-                                 ("occurred_at", occurred_at)) if v is not None}
-        return TurnEvent(tenant=self.tenant, user=user or self.user, agent=agent or self.agent,
-                         session=session, messages=msgs, metadata=metadata or {},
-                         **extra, **fields)
+        extra: dict[str, Any] = {
+            k: v for k, v in (("event_id", event_id), ("occurred_at", occurred_at)) if v is not None
+        }
+        return TurnEvent(
+            tenant=self.tenant,
+            user=user or self.user,
+            agent=agent or self.agent,
+            session=session,
+            messages=msgs,
+            metadata=metadata or {},
+            **extra,
+            **fields,
+        )
 
     async def publish(self, event: TurnEvent) -> PublishResult:
         """Publish one event and wait for the PubAck."""
         await self.connect()
         subject = self.subjects.turns(event.tenant, event.owner, event.session)
         try:
-            ack = await self._js.publish(subject, event.model_dump_json().encode(),
-                                         headers={MSG_ID_HEADER: event.event_id},
-                                         timeout=self.publish_timeout)
-        except (NatsError, OSError, asyncio.TimeoutError) as exc:
-            raise PublishError(f"turn {event.event_id} was not stored: {type(exc).__name__}") from exc
+            ack = await self._js.publish(
+                subject,
+                event.model_dump_json().encode(),
+                headers={MSG_ID_HEADER: event.event_id},
+                timeout=self.publish_timeout,
+            )
+        except (TimeoutError, NatsError, OSError) as exc:
+            raise PublishError(
+                f"turn {event.event_id} was not stored: {type(exc).__name__}"
+            ) from exc
         return PublishResult(event.event_id, ack.stream, ack.seq, bool(ack.duplicate))
 
-    async def publish_turn(self, messages: Sequence[Message | dict[str, Any] | tuple[str, str]],
-                           *, wait: bool = True, **kwargs: Any) -> PublishResult | None:
+    async def publish_turn(
+        self,
+        messages: Sequence[Message | dict[str, Any] | tuple[str, str]],
+        *,
+        wait: bool = True,
+        **kwargs: Any,
+    ) -> PublishResult | None:
         """Publish a turn. ``wait=False``: return at once, never raise (counted on failure)."""
         event = self.make_turn(messages, **kwargs)
         if wait:
@@ -179,29 +216,46 @@ class MemoryClient:
                 await asyncio.sleep(0.2 * 2**attempt)
         self.publish_failures += 1
 
-    async def recall(self, query: str, *, top_k: int = 10, session: str | None = None,
-                     user: str | None = None, agent: str | None = None,
-                     method: Method | str = Method.HYBRID,
-                     types: Sequence[MemoryType | str] = (), scopes: Sequence[Scope | str] = (),
-                     score_threshold: float = 0.0) -> RecallReply:
+    async def recall(
+        self,
+        query: str,
+        *,
+        top_k: int = 10,
+        session: str | None = None,
+        user: str | None = None,
+        agent: str | None = None,
+        method: Method | str = Method.HYBRID,
+        types: Sequence[MemoryType | str] = (),
+        scopes: Sequence[Scope | str] = (),
+        score_threshold: float = 0.0,
+    ) -> RecallReply:
         """Ask for the memories that best match ``query``; raises ``RecallError``."""
         try:
-            req = RecallRequest(tenant=self.tenant, user=user or self.user,
-                                agent=agent or self.agent, session=session, query=query,
-                                top_k=top_k, method=Method(method),
-                                types=[MemoryType(t) for t in types],
-                                scopes=[Scope(s) for s in scopes], score_threshold=score_threshold)
+            req = RecallRequest(
+                tenant=self.tenant,
+                user=user or self.user,
+                agent=agent or self.agent,
+                session=session,
+                query=query,
+                top_k=top_k,
+                method=Method(method),
+                types=[MemoryType(t) for t in types],
+                scopes=[Scope(s) for s in scopes],
+                score_threshold=score_threshold,
+            )
         except (ValidationError, ValueError) as exc:
             raise RecallError(ErrorCode.BAD_REQUEST, _field_errors(exc)) from None
         try:
             await self.connect()
-            msg = await self._nc.request(self.subjects.recall, req.model_dump_json().encode(),
-                                         timeout=self.recall_timeout)
+            msg = await self._nc.request(
+                self.subjects.recall, req.model_dump_json().encode(), timeout=self.recall_timeout
+            )
         except NoRespondersError:
             raise RecallError(ErrorCode.UNAVAILABLE, "no recall worker is running") from None
-        except (NatsTimeout, asyncio.TimeoutError):
-            raise RecallError(ErrorCode.TIMEOUT,
-                              f"no answer within {self.recall_timeout:.1f} s") from None
+        except (TimeoutError, NatsTimeout):
+            raise RecallError(
+                ErrorCode.TIMEOUT, f"no answer within {self.recall_timeout:.1f} s"
+            ) from None
         except (MemoryClientError, NatsError, OSError):
             raise RecallError(ErrorCode.UNAVAILABLE, "the memory service is unreachable") from None
         return _decode_reply(msg.data)
@@ -209,8 +263,9 @@ class MemoryClient:
 
 def _field_errors(exc: Exception) -> str:
     if isinstance(exc, ValidationError):
-        return "; ".join(f"{'.'.join(map(str, e['loc'])) or '<root>'}: {e['msg']}"
-                         for e in exc.errors()[:5])
+        return "; ".join(
+            f"{'.'.join(map(str, e['loc'])) or '<root>'}: {e['msg']}" for e in exc.errors()[:5]
+        )
     return "invalid argument"
 
 
@@ -230,8 +285,9 @@ class SyncMemoryClient:
 
     def __init__(self, tenant: str, **kwargs: Any) -> None:
         self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True,
-                                        name="memstream-sdk")
+        self._thread = threading.Thread(
+            target=self._loop.run_forever, daemon=True, name="memstream-sdk"
+        )
         self._thread.start()
         self._client = MemoryClient(tenant, **kwargs)
 

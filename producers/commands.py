@@ -15,7 +15,9 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--user", default=None)
     p.add_argument("--agent", default=None)
     p.add_argument("--session", default=None)
-    p.add_argument("--nats-url", default=None, help="default: MEMSTREAM_NATS_URL or memstream dev's")
+    p.add_argument(
+        "--nats-url", default=None, help="default: MEMSTREAM_NATS_URL or memstream dev's"
+    )
     p.add_argument("--json", action="store_true", help="print the raw JSON reply")
 
 
@@ -68,8 +70,10 @@ async def _recall(a: argparse.Namespace) -> int:
         print(reply.model_dump_json(indent=2))
         return 0
     took = (time.perf_counter() - started) * 1000
-    print(f"{len(reply.hits)} hit(s) in {took:.1f} ms (server {reply.timings_ms.get('total', 0):.1f} ms)"
-          + (f", degraded: {', '.join(reply.degraded)}" if reply.degraded else ""))
+    print(
+        f"{len(reply.hits)} hit(s) in {took:.1f} ms (server {reply.timings_ms.get('total', 0):.1f} ms)"
+        + (f", degraded: {', '.join(reply.degraded)}" if reply.degraded else "")
+    )
     for i, h in enumerate(reply.hits, 1):
         text = h.text.replace("\n", " / ")
         print(f"{i:>2}. [{h.score:.3f}] ({h.type.value}, session {h.session}) {text[:200]}")

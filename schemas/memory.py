@@ -6,9 +6,8 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
-
 from memstream.schemas.events import Ident, MetaValue, OptIdent
+from pydantic import BaseModel, ConfigDict, Field
 
 
 class MemoryType(StrEnum):
@@ -74,6 +73,8 @@ class Candidate(BaseModel):
     # Filled by redact: counts by placeholder type. Never the values.
     redactions: dict[str, int] = Field(default_factory=dict)
     redacted: bool = False
+    pinned: bool = False
+    expires_at: datetime | None = None
 
 
 class MemoryRecord(BaseModel):
@@ -105,3 +106,23 @@ class MemoryRecord(BaseModel):
     expires_at: datetime | None = None
     deleted_at: datetime | None = None
     indexed: bool = False
+    last_accessed_at: datetime | None = None
+    fact_key: str | None = None
+    valid_from: datetime | None = None
+    valid_to: datetime | None = None
+    superseded_by: str | None = None
+
+
+class MemoryEvent(BaseModel):
+    """Published on ``mem.events.<tenant>``: what happened to a memory, never its content."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    schema_version: Literal[1] = 1
+    kind: str  # stored, merged, forgotten, erased, expired, pinned, unpinned, superseded ...
+    tenant: str
+    memory_id: str | None = None
+    type: MemoryType | None = None
+    source_event_id: str | None = None
+    at: datetime
+    detail: dict[str, MetaValue] = Field(default_factory=dict)

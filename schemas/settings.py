@@ -37,6 +37,11 @@ class Settings(BaseSettings):
     # Keys the redaction placeholders (same value -> same token within a tenant).
     redaction_key: SecretStr = SecretStr("memstream-dev-redaction-key")
 
+    # Lifetimes by scope, in seconds (run and session memories expire; others do not).
+    ttl_s: dict[str, float] = Field(default_factory=lambda: {"run": 3600.0, "session": 86400.0})
+    near_duplicate_similarity: float = Field(default=0.95, ge=0.5, le=1.0)
+    sweep_every_s: float = 30.0
+
     stage: StageSettings = Field(default_factory=StageSettings)
     turns_max_age_s: float = 7 * 24 * 3600  # raw turns carry PII: short retention
     duplicate_window_s: float = 120.0

@@ -99,7 +99,9 @@ class Subjects:
         return f"{self.prefix}.stage.>" if name is None else f"{self.prefix}.stage.{name}.*"
 
     def events(self, tenant: str | None = None) -> str:
-        return f"{self.prefix}.events.>" if tenant is None else f"{self.prefix}.events.{token(tenant)}"
+        return (
+            f"{self.prefix}.events.>" if tenant is None else f"{self.prefix}.events.{token(tenant)}"
+        )
 
     def dlq(self, stage_name: str | None = None) -> str:
         return f"{self.prefix}.dlq.>" if stage_name is None else f"{self.prefix}.dlq.{stage_name}"

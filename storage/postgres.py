@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from importlib import resources
 from typing import Any
 
 import asyncpg
-
 from memstream.schemas.errors import StorageUnavailable
 from memstream.schemas.memory import Candidate, MemoryRecord, MemoryType, Scope
 
@@ -42,6 +41,14 @@ class OwnerFilter:
     session: str | None = None
     types: Sequence[MemoryType] = ()
     scopes: Sequence[Scope] = ()
+    exclude_agent: str | None = None  # peer_query_any: every agent but this one
+
+
+Clock = Callable[[], datetime]
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
 
 
 def migrations() -> list[tuple[int, str]]:
@@ -54,15 +61,27 @@ def migrations() -> list[tuple[int, str]]:
     return sorted(out)
 
 
-def _where(flt: OwnerFilter, args: list[Any]) -> str:
-    """SQL conditions for a filter; appends the bind values to ``args``."""
+def _where(flt: OwnerFilter, args: list[Any], now: datetime, live: bool = True) -> str:
+    """SQL conditions for a filter; appends the bind values to ``args``. ``live``: hide
+    tombstoned, expired, superseded and not-yet/no-longer valid memories."""
     args.append(flt.tenant)
-    parts = [f"tenant = ${len(args)}", "deleted_at IS NULL", "superseded_by IS NULL",
-             "(expires_at IS NULL OR expires_at > now())"]
+    parts = [f"tenant = ${len(args)}", "deleted_at IS NULL"]
+    if live:
+        args.append(now)
+        n = f"${len(args)}"
+        parts += [
+            "superseded_by IS NULL",
+            f"(expires_at IS NULL OR pinned OR expires_at > {n})",
+            f"(valid_to IS NULL OR valid_to > {n})",
+            f"(valid_from IS NULL OR valid_from <= {n})",
+        ]
     for column, value in (("user_id", flt.user), ("agent_id", flt.agent), ("session", flt.session)):
         if value is not None:
             args.append(value)
             parts.append(f"{column} = ${len(args)}")
+    if flt.exclude_agent is not None:
+        args.append(flt.exclude_agent)
+        parts.append(f"agent_id IS NOT NULL AND agent_id <> ${len(args)}")
     if flt.types:
         args.append([t.value for t in flt.types])
         parts.append(f"type = ANY(${len(args)}::text[])")
@@ -103,36 +122,51 @@ def _record(row: asyncpg.Record) -> MemoryRecord:
         expires_at=row["expires_at"],
         deleted_at=row["deleted_at"],
         indexed=row["indexed"],
+        last_accessed_at=row["last_accessed_at"],
+        fact_key=row["fact_key"],
+        valid_from=row["valid_from"],
+        valid_to=row["valid_to"],
+        superseded_by=str(row["superseded_by"]) if row["superseded_by"] else None,
     )
 
 
 _COLUMNS = (
     "id, tenant, user_id, agent_id, app, project, session, scope, type, content, content_hash, "
     "salience, confidence, importance, pinned, access_count, source_event_ids, metadata, "
-    "occurred_at, created_at, updated_at, expires_at, deleted_at, indexed"
+    "occurred_at, created_at, updated_at, expires_at, deleted_at, indexed, last_accessed_at, "
+    "fact_key, valid_from, valid_to, superseded_by"
 )
 
 
 class PgStore:
     """Memories and their audit trail in one Postgres schema."""
 
-    def __init__(self, pool: asyncpg.Pool) -> None:
+    def __init__(self, pool: asyncpg.Pool, clock: Clock = utcnow) -> None:
         self._pool = pool
+        self.clock = clock
 
     @classmethod
-    async def connect(cls, dsn: str, schema: str = "public", min_size: int = 1,
-                      max_size: int = 10) -> PgStore:
+    async def connect(
+        cls,
+        dsn: str,
+        schema: str = "public",
+        min_size: int = 1,
+        max_size: int = 10,
+        clock: Clock = utcnow,
+    ) -> PgStore:
         """Open a pool whose connections use ``schema`` and apply pending migrations."""
         if not re.fullmatch(r"[a-z_][a-z0-9_]{0,62}", schema):
             raise ValueError("schema must be a lower-case SQL identifier")
         try:
             pool = await asyncpg.create_pool(
-                dsn, min_size=min_size, max_size=max_size,
+                dsn,
+                min_size=min_size,
+                max_size=max_size,
                 server_settings={"search_path": schema, "application_name": "memstream"},
             )
         except _TRANSIENT as exc:
             raise StorageUnavailable("postgres is not reachable") from exc
-        store = cls(pool)
+        store = cls(pool, clock)
         await store.migrate(schema)
         return store
 
@@ -150,7 +184,9 @@ class PgStore:
             for version, sql in migrations():
                 if version not in done:
                     await con.execute(sql)
-                    await con.execute("INSERT INTO schema_migrations (version) VALUES ($1)", version)
+                    await con.execute(
+                        "INSERT INTO schema_migrations (version) VALUES ($1)", version
+                    )
                     applied.append(version)
         return applied
 
@@ -166,7 +202,8 @@ class PgStore:
     async def exists(self, tenant: str, memory_id: str) -> bool:
         rows = await self._fetch(
             "SELECT 1 FROM memories WHERE id = $1 AND tenant = $2 AND deleted_at IS NULL",
-            memory_id, tenant,
+            memory_id,
+            tenant,
         )
         return bool(rows)
 
@@ -179,58 +216,170 @@ class PgStore:
         sql = """
         INSERT INTO memories (id, tenant, user_id, agent_id, app, project, session, scope, type,
             content, content_hash, salience, confidence, importance, source_event_ids, metadata,
-            redactions, occurred_at)
+            redactions, occurred_at, pinned, expires_at, fact_key, created_at, updated_at)
         VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,ARRAY[$15::text],$16::jsonb,
-                $17::jsonb,$18)
+                $17::jsonb,$18,$19,$20,$21,$22,$22)
         ON CONFLICT (id) DO UPDATE SET
             source_event_ids = CASE WHEN $15 = ANY(memories.source_event_ids)
                 THEN memories.source_event_ids ELSE memories.source_event_ids || $15::text END,
             deleted_at = CASE WHEN $15 = ANY(memories.source_event_ids)
                 THEN memories.deleted_at ELSE NULL END,
             updated_at = CASE WHEN $15 = ANY(memories.source_event_ids)
-                THEN memories.updated_at ELSE now() END
+                THEN memories.updated_at ELSE $22 END
         RETURNING (xmax = 0) AS inserted
         """
+        key = c.metadata.get("fact_key")
         args = (
-            memory_id, c.owner.tenant, c.owner.user, c.owner.agent, c.app, c.project, c.session,
-            c.scope.value, c.type.value, c.content, content_hash, c.salience, c.confidence,
-            c.importance, c.source_event_id, json.dumps(c.metadata), json.dumps(c.redactions),
+            memory_id,
+            c.owner.tenant,
+            c.owner.user,
+            c.owner.agent,
+            c.app,
+            c.project,
+            c.session,
+            c.scope.value,
+            c.type.value,
+            c.content,
+            content_hash,
+            c.salience,
+            c.confidence,
+            c.importance,
+            c.source_event_id,
+            json.dumps(c.metadata),
+            json.dumps(c.redactions),
             c.occurred_at,
+            c.pinned,
+            c.expires_at,
+            key if isinstance(key, str) else None,
+            self.clock(),
         )
         try:
             async with self._pool.acquire() as con, con.transaction():
                 inserted: bool = await con.fetchval(sql, *args)
                 kind = "stored" if inserted else "merged"
-                await con.execute(
-                    "INSERT INTO memory_events (event_key, tenant, memory_id, kind, detail) "
-                    "VALUES ($1, $2, $3, $4, $5::jsonb) ON CONFLICT (event_key) DO NOTHING",
-                    f"{kind}:{memory_id}:{c.source_event_id}", c.owner.tenant, memory_id, kind,
-                    json.dumps({"source_event_id": c.source_event_id, "type": c.type.value,
-                                "redactions": c.redactions}),
+                await self._event(
+                    con,
+                    c.owner.tenant,
+                    memory_id,
+                    kind,
+                    c.source_event_id,
+                    {
+                        "source_event_id": c.source_event_id,
+                        "type": c.type.value,
+                        "redactions": c.redactions,
+                    },
                 )
         except _TRANSIENT as exc:
             raise StorageUnavailable("postgres did not answer") from exc
         return inserted
 
+    async def _event(
+        self,
+        con: Any,
+        tenant: str,
+        memory_id: str | None,
+        kind: str,
+        cause: str,
+        detail: dict[str, Any],
+    ) -> None:
+        """Append one audit row; the key makes a replayed operation record nothing new."""
+        await con.execute(
+            "INSERT INTO memory_events (event_key, tenant, memory_id, kind, at, detail) "
+            "VALUES ($1, $2, $3, $4, $5, $6::jsonb) ON CONFLICT (event_key) DO NOTHING",
+            f"{kind}:{memory_id or '-'}:{cause}",
+            tenant,
+            memory_id,
+            kind,
+            self.clock(),
+            json.dumps(detail),
+        )
+
+    async def record_event(
+        self,
+        tenant: str,
+        memory_id: str | None,
+        kind: str,
+        cause: str,
+        detail: dict[str, Any] | None = None,
+    ) -> None:
+        try:
+            async with self._pool.acquire() as con:
+                await self._event(con, tenant, memory_id, kind, cause, detail or {})
+        except _TRANSIENT as exc:
+            raise StorageUnavailable("postgres did not answer") from exc
+
+    async def events_for(self, tenant: str, memory_id: str | None = None) -> list[dict[str, Any]]:
+        """The audit trail of one memory (or a tenant), oldest first."""
+        if memory_id is None:
+            rows = await self._fetch(
+                "SELECT memory_id, kind, at, detail FROM memory_events "
+                "WHERE tenant = $1 ORDER BY seq",
+                tenant,
+            )
+        else:
+            rows = await self._fetch(
+                "SELECT memory_id, kind, at, detail FROM memory_events "
+                "WHERE tenant = $1 AND memory_id = $2 ORDER BY seq",
+                tenant,
+                memory_id,
+            )
+        return [
+            {
+                "memory_id": str(r["memory_id"]) if r["memory_id"] else None,
+                "kind": r["kind"],
+                "at": r["at"],
+                "detail": json.loads(r["detail"]),
+            }
+            for r in rows
+        ]
+
+    async def merge(self, tenant: str, memory_id: str, source_event_id: str) -> bool:
+        """Fold a near-duplicate's source event into an existing live memory."""
+        async with self._pool.acquire() as con, con.transaction():
+            row = await con.fetchrow(
+                "UPDATE memories SET source_event_ids = CASE WHEN $3 = ANY(source_event_ids) "
+                "THEN source_event_ids ELSE source_event_ids || $3::text END, updated_at = $4 "
+                "WHERE id = $1 AND tenant = $2 AND deleted_at IS NULL RETURNING id",
+                memory_id,
+                tenant,
+                source_event_id,
+                self.clock(),
+            )
+            if row is None:
+                return False
+            await self._event(
+                con,
+                tenant,
+                memory_id,
+                "merged",
+                source_event_id,
+                {"source_event_id": source_event_id, "near_duplicate": True},
+            )
+        return True
+
     async def mark_indexed(self, ids: Sequence[str]) -> None:
-        await self._fetch("UPDATE memories SET indexed = true WHERE id = ANY($1::uuid[])", list(ids))
+        await self._fetch(
+            "UPDATE memories SET indexed = true WHERE id = ANY($1::uuid[])", list(ids)
+        )
 
     async def unindexed(self, limit: int = 256) -> list[MemoryRecord]:
         """Live memories not yet in the vector index (Qdrant was down when stored)."""
         rows = await self._fetch(
             f"SELECT {_COLUMNS} FROM memories WHERE NOT indexed AND deleted_at IS NULL "
-            "ORDER BY created_at LIMIT $1", limit,
+            "ORDER BY created_at LIMIT $1",
+            limit,
         )
         return [_record(r) for r in rows]
 
-    async def keyword_search(self, flt: OwnerFilter, query: str, limit: int
-                             ) -> list[tuple[str, float]]:
+    async def keyword_search(
+        self, flt: OwnerFilter, query: str, limit: int
+    ) -> list[tuple[str, float]]:
         """(id, rank) by Postgres full-text ranking over an OR of the query words."""
         tsq = keyword_query(query)
         if not tsq:
             return []
         args: list[Any] = [tsq]
-        where = _where(flt, args)
+        where = _where(flt, args, self.clock())
         args.append(limit)
         rows = await self._fetch(
             f"SELECT id, ts_rank_cd(tsv, q) AS rank FROM memories, "
@@ -246,28 +395,32 @@ class PgStore:
         if not ids:
             return {}
         args: list[Any] = [list(ids)]
-        where = _where(flt, args)
+        where = _where(flt, args, self.clock())
         rows = await self._fetch(
             f"SELECT {_COLUMNS} FROM memories WHERE id = ANY($1::uuid[]) AND {where}", *args
         )
         return {str(r["id"]): _record(r) for r in rows}
 
-    async def touch(self, tenant: str, ids: Sequence[str], at: datetime | None = None) -> None:
-        """Count an access of each memory (own recall only)."""
+    async def touch(self, tenant: str, ids: Sequence[str]) -> None:
+        """Count an access of each memory (own recall only; peer reads never call this)."""
         await self._fetch(
-            "UPDATE memories SET access_count = access_count + 1, "
-            "last_accessed_at = coalesce($3, now()) WHERE tenant = $1 AND id = ANY($2::uuid[])",
-            tenant, list(ids), at,
+            "UPDATE memories SET access_count = access_count + 1, last_accessed_at = $3 "
+            "WHERE tenant = $1 AND id = ANY($2::uuid[])",
+            tenant,
+            list(ids),
+            self.clock(),
         )
 
-    async def list_memories(self, flt: OwnerFilter, limit: int = 100, offset: int = 0
-                            ) -> list[MemoryRecord]:
+    async def list_memories(
+        self, flt: OwnerFilter, limit: int = 100, offset: int = 0, live: bool = True
+    ) -> list[MemoryRecord]:
         args: list[Any] = []
-        where = _where(flt, args)
+        where = _where(flt, args, self.clock(), live)
         args += [limit, offset]
         rows = await self._fetch(
             f"SELECT {_COLUMNS} FROM memories WHERE {where} ORDER BY occurred_at DESC, id "
-            f"LIMIT ${len(args) - 1} OFFSET ${len(args)}", *args,
+            f"LIMIT ${len(args) - 1} OFFSET ${len(args)}",
+            *args,
         )
         return [_record(r) for r in rows]
 
@@ -277,3 +430,217 @@ class PgStore:
         else:
             rows = await self._fetch("SELECT count(*) AS n FROM memories WHERE tenant = $1", tenant)
         return int(rows[0]["n"])
+
+    # --- management operations (mem.cmd.*) ------------------------------------------------
+
+    async def get(self, flt: OwnerFilter, memory_id: str) -> MemoryRecord | None:
+        """One memory of the caller's scope (superseded and expired included), or None."""
+        args: list[Any] = [memory_id]
+        where = _where(flt, args, self.clock(), live=False)
+        rows = await self._fetch(
+            f"SELECT {_COLUMNS} FROM memories WHERE id = $1 AND {where}", *args
+        )
+        return _record(rows[0]) if rows else None
+
+    async def set_pinned(
+        self, flt: OwnerFilter, memory_id: str, pinned: bool
+    ) -> MemoryRecord | None:
+        """Pin (ranks first, never expires) or unpin; None when not the caller's memory."""
+        args: list[Any] = [memory_id, pinned]
+        where = _where(flt, args, self.clock(), live=False)
+        async with self._pool.acquire() as con, con.transaction():
+            row = await con.fetchrow(
+                f"UPDATE memories SET pinned = $2, updated_at = now() WHERE id = $1 AND {where} "
+                f"RETURNING {_COLUMNS}",
+                *args,
+            )
+            if row is None:
+                return None
+            kind = "pinned" if pinned else "unpinned"
+            await self._event(con, flt.tenant, memory_id, kind, self.clock().isoformat(), {})
+        return _record(row)
+
+    async def tombstone(self, flt: OwnerFilter, memory_id: str) -> bool:
+        """Forget one memory: tombstoned now, hidden from every read."""
+        args: list[Any] = [memory_id, self.clock()]
+        where = _where(flt, args, self.clock(), live=False)
+        async with self._pool.acquire() as con, con.transaction():
+            row = await con.fetchrow(
+                f"UPDATE memories SET deleted_at = $2, updated_at = $2 WHERE id = $1 AND {where} "
+                "RETURNING id",
+                *args,
+            )
+            if row is None:
+                return False
+            await self._event(con, flt.tenant, memory_id, "forgotten", "tombstone", {})
+        return True
+
+    async def erase(self, flt: OwnerFilter) -> list[str]:
+        """Erasure: delete every memory of the owner (or one session) for good.
+        Returns the ids removed; one audit row records the erasure (no content)."""
+        args: list[Any] = []
+        where = _where(flt, args, self.clock(), live=False).replace("deleted_at IS NULL", "true")
+        async with self._pool.acquire() as con, con.transaction():
+            rows = await con.fetch(f"DELETE FROM memories WHERE {where} RETURNING id", *args)
+            ids = [str(r["id"]) for r in rows]
+            await self._event(
+                con,
+                flt.tenant,
+                None,
+                "erased",
+                self.clock().isoformat(),
+                {
+                    "user": flt.user,
+                    "agent": flt.agent,
+                    "session": flt.session,
+                    "memories": len(ids),
+                },
+            )
+        return ids
+
+    async def current_fact(self, flt: OwnerFilter, key: str) -> MemoryRecord | None:
+        args: list[Any] = [key]
+        where = _where(flt, args, self.clock())
+        rows = await self._fetch(
+            f"SELECT {_COLUMNS} FROM memories WHERE fact_key = $1 AND {where} "
+            "ORDER BY valid_from DESC NULLS LAST LIMIT 1",
+            *args,
+        )
+        return _record(rows[0]) if rows else None
+
+    async def put_fact(
+        self, memory_id: str, content_hash: str, c: Candidate, key: str, valid_from: datetime
+    ) -> MemoryRecord | None:
+        """Insert a fact version valid from ``valid_from``; the version current until then is
+        closed (valid_to, superseded_by). Returns the closed version, if any."""
+        owner = OwnerFilter(tenant=c.owner.tenant, user=c.owner.user, agent=c.owner.agent)
+        async with self._pool.acquire() as con, con.transaction():
+            args: list[Any] = [key, memory_id]
+            where = _where(owner, args, self.clock(), live=False)
+            old = await con.fetchrow(
+                f"SELECT {_COLUMNS} FROM memories WHERE fact_key = $1 AND id <> $2 AND "
+                f"superseded_by IS NULL AND valid_to IS NULL AND {where} FOR UPDATE",
+                *args,
+            )
+            await con.execute(
+                """INSERT INTO memories (id, tenant, user_id, agent_id, session, scope, type,
+                    content, content_hash, source_event_ids, metadata, occurred_at, fact_key,
+                    valid_from, created_at, updated_at, importance, confidence)
+                VALUES ($1,$2,$3,$4,$5,$6,'fact',$7,$8,ARRAY[$9::text],$10::jsonb,$11,$12,$13,
+                        $14,$14,$15,1.0)
+                ON CONFLICT (id) DO NOTHING""",
+                memory_id,
+                c.owner.tenant,
+                c.owner.user,
+                c.owner.agent,
+                c.session,
+                c.scope.value,
+                c.content,
+                content_hash,
+                c.source_event_id,
+                json.dumps(c.metadata),
+                c.occurred_at,
+                key,
+                valid_from,
+                self.clock(),
+                c.importance,
+            )
+            if old is not None:
+                await con.execute(
+                    "UPDATE memories SET valid_to = $2, superseded_by = $3, updated_at = $4 "
+                    "WHERE id = $1",
+                    old["id"],
+                    valid_from,
+                    memory_id,
+                    self.clock(),
+                )
+                await self._event(
+                    con,
+                    c.owner.tenant,
+                    str(old["id"]),
+                    "superseded",
+                    memory_id,
+                    {"by": memory_id, "fact_key": key},
+                )
+            await self._event(
+                con,
+                c.owner.tenant,
+                memory_id,
+                "fact_put",
+                c.source_event_id,
+                {"fact_key": key, "supersedes": str(old["id"]) if old else None},
+            )
+        return _record(old) if old is not None else None
+
+    async def fact_history(self, flt: OwnerFilter, key: str) -> list[MemoryRecord]:
+        """Every version of a fact, oldest first."""
+        args: list[Any] = [key]
+        where = _where(flt, args, self.clock(), live=False)
+        rows = await self._fetch(
+            f"SELECT {_COLUMNS} FROM memories WHERE fact_key = $1 AND {where} "
+            "ORDER BY valid_from NULLS FIRST, created_at",
+            *args,
+        )
+        return [_record(r) for r in rows]
+
+    async def pending_review(self, tenant: str, since: dict[str, datetime]) -> dict[str, int]:
+        """Memories created per agent since each given time (``*``: every agent together)."""
+        out: dict[str, int] = {}
+        for agent, ts in since.items():
+            if agent == "*":
+                rows = await self._fetch(
+                    "SELECT count(*) AS n FROM memories WHERE tenant = $1 "
+                    "AND created_at > $2 AND deleted_at IS NULL",
+                    tenant,
+                    ts,
+                )
+            else:
+                rows = await self._fetch(
+                    "SELECT count(*) AS n FROM memories WHERE tenant = $1 "
+                    "AND agent_id = $2 AND created_at > $3 "
+                    "AND deleted_at IS NULL",
+                    tenant,
+                    agent,
+                    ts,
+                )
+            out[agent] = int(rows[0]["n"])
+        return out
+
+    async def set_memory_off(self, tenant: str, owner_key: str, session: str, off: bool) -> None:
+        if off:
+            await self._fetch(
+                "INSERT INTO memory_off (tenant, owner_key, session) VALUES "
+                "($1, $2, $3) ON CONFLICT DO NOTHING",
+                tenant,
+                owner_key,
+                session,
+            )
+        else:
+            await self._fetch(
+                "DELETE FROM memory_off WHERE tenant = $1 AND owner_key = $2 AND session = $3",
+                tenant,
+                owner_key,
+                session,
+            )
+
+    async def is_memory_off(self, tenant: str, owner_key: str, session: str) -> bool:
+        rows = await self._fetch(
+            "SELECT 1 FROM memory_off WHERE tenant = $1 AND owner_key = $2 AND session = $3",
+            tenant,
+            owner_key,
+            session,
+        )
+        return bool(rows)
+
+    async def purge_expired(self, limit: int = 1000) -> list[tuple[str, str]]:
+        """Delete memories past expires_at (pinned ones never expire); (tenant, id) removed."""
+        async with self._pool.acquire() as con, con.transaction():
+            rows = await con.fetch(
+                "DELETE FROM memories WHERE id IN (SELECT id FROM memories WHERE expires_at <= $1 "
+                "AND NOT pinned LIMIT $2) RETURNING tenant, id",
+                self.clock(),
+                limit,
+            )
+            for r in rows:
+                await self._event(con, r["tenant"], str(r["id"]), "expired", "sweeper", {})
+        return [(r["tenant"], str(r["id"])) for r in rows]

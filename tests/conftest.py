@@ -34,8 +34,11 @@ def database_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     from memstream.consumers.embedded import EmbeddedPostgres
 
     base = Path(os.environ.get("MEMSTREAM_TEST_PGDIR", "/tmp"))
-    server = EmbeddedPostgres.start(Path(tmp_path_factory.mktemp("pg", numbered=True)) / "data"
-                                    if base == Path("/tmp") else base / uuid.uuid4().hex)
+    server = EmbeddedPostgres.start(
+        Path(tmp_path_factory.mktemp("pg", numbered=True)) / "data"
+        if base == Path("/tmp")
+        else base / uuid.uuid4().hex
+    )
     yield server.dsn
     server.stop()
 

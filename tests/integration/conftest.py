@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-
 from memstream.consumers.app import Worker
 from memstream.consumers.run import make_vector_index
 from memstream.pipeline.redact import Redactor
@@ -36,19 +36,23 @@ class Running:
     def client(self, tenant: str, **kw: object) -> MemoryClient:
         return MemoryClient(tenant, nats_url=self.nats_url, namespace=self.settings.namespace, **kw)
 
-    async def wait_for(self, predicate: Callable[[], Awaitable[bool]], timeout: float = 30.0,
-                       what: str = "condition") -> None:
-        deadline = time.monotonic() + timeout
+    async def wait_for(
+        self,
+        predicate: Callable[[], Awaitable[bool]],
+        seconds: float = 30.0,
+        what: str = "condition",
+    ) -> None:
+        deadline = time.monotonic() + seconds
         while time.monotonic() < deadline:
             if await predicate():
                 return
             await asyncio.sleep(0.05)
-        raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+        raise AssertionError(f"timed out after {seconds:.0f} s waiting for {what}")
 
     async def drained(self) -> bool:
         """True once every stage consumer has nothing pending or unacked."""
         js = self.worker.deps.js
-        for stage, (stream, cfg) in _consumers(self.settings).items():
+        for stream, cfg in _consumers(self.settings).values():
             info = await js.consumer_info(stream, cfg)
             if info.num_pending or info.num_ack_pending:
                 return False
@@ -62,10 +66,13 @@ def _consumers(settings: Settings) -> dict[str, tuple[str, str]]:
 
 
 @pytest.fixture
-async def running(nats_url: str, pg: PgStore, namespace: str, tmp_path: Path,
-                  embedder) -> AsyncIterator[Running]:  # type: ignore[no-untyped-def]
+async def running(
+    nats_url: str, pg: PgStore, namespace: str, tmp_path: Path, embedder
+) -> AsyncIterator[Running]:  # type: ignore[no-untyped-def]
     settings = Settings(
-        nats_url=nats_url, namespace=namespace, state_dir=tmp_path,
+        nats_url=nats_url,
+        namespace=namespace,
+        state_dir=tmp_path,
         stage=StageSettings(max_deliver=3, retry_delays_s=[0.2, 0.5], ack_wait_s=10),
     )
     vectors = make_vector_index(settings)
@@ -81,7 +88,6 @@ async def running(nats_url: str, pg: PgStore, namespace: str, tmp_path: Path,
 async def _delete_streams(nats_url: str, settings: Settings) -> None:
     """Leave a shared server as it was: drop this test's streams."""
     import nats
-
     from memstream.schemas.subjects import Subjects
 
     nc = await nats.connect(nats_url)
@@ -89,6 +95,6 @@ async def _delete_streams(nats_url: str, settings: Settings) -> None:
     for kind in ("turns", "stages", "events", "dlq"):
         try:
             await js.delete_stream(Subjects(settings.namespace).stream(kind))
-        except Exception:  # noqa: BLE001 - already gone is fine
+        except Exception:
             pass
     await nc.close()

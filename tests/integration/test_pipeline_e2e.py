@@ -8,27 +8,56 @@ import random
 
 import nats
 import pytest
-
 from memstream.schemas.subjects import DLQ_REASON_HEADER, DLQ_STAGE_HEADER
 
 pytestmark = pytest.mark.integration
 
 # (fact a user states, a paraphrased question about it), with a per-tenant variant value.
 FACTS = [
-    ("My sister {v} moved to Porto last spring and works as a nurse there.",
-     "where did my sibling relocate to?", ("Marta", "Ines")),
-    ("I am allergic to {v}, so please never suggest recipes with it.",
-     "which food allergy do I have?", ("peanuts", "shellfish")),
-    ("Our team standup happens every weekday at {v} on the video call.",
-     "when is the daily team meeting?", ("9:15", "10:30")),
-    ("I drive an old {v} that keeps breaking down on the highway.",
-     "what car do I own?", ("Volvo", "Saab")),
-    ("My daughter's birthday party is planned at the {v} next Saturday.",
-     "where is the kid's birthday celebration?", ("aquarium", "planetarium")),
+    (
+        "My sister {v} moved to Porto last spring and works as a nurse there.",
+        "where did my sibling relocate to?",
+        ("Marta", "Ines"),
+    ),
+    (
+        "I am allergic to {v}, so please never suggest recipes with it.",
+        "which food allergy do I have?",
+        ("peanuts", "shellfish"),
+    ),
+    (
+        "Our team standup happens every weekday at {v} on the video call.",
+        "when is the daily team meeting?",
+        ("9:15", "10:30"),
+    ),
+    (
+        "I drive an old {v} that keeps breaking down on the highway.",
+        "what car do I own?",
+        ("Volvo", "Saab"),
+    ),
+    (
+        "My daughter's birthday party is planned at the {v} next Saturday.",
+        "where is the kid's birthday celebration?",
+        ("aquarium", "planetarium"),
+    ),
 ]
-FILLER_TOPICS = ["the weather", "a podcast", "lunch", "a movie", "the garden", "a board game",
-                 "running shoes", "a novel", "coffee beans", "the train schedule", "yoga",
-                 "a museum", "houseplants", "jazz records", "camping gear", "a chess opening"]
+FILLER_TOPICS = [
+    "the weather",
+    "a podcast",
+    "lunch",
+    "a movie",
+    "the garden",
+    "a board game",
+    "running shoes",
+    "a novel",
+    "coffee beans",
+    "the train schedule",
+    "yoga",
+    "a museum",
+    "houseplants",
+    "jazz records",
+    "camping gear",
+    "a chess opening",
+]
 
 
 def filler(rng: random.Random, i: int) -> str:
@@ -39,11 +68,21 @@ def filler(rng: random.Random, i: int) -> str:
 def events_for(client, tenant_index: int, rng: random.Random) -> list:  # type: ignore[no-untyped-def]
     events = []
     for i in range(100 - len(FACTS)):
-        events.append(client.make_turn([("user", filler(rng, i)), ("assistant", "Sounds good.")],
-                                       session=f"s{i % 4}", event_id=f"t{tenant_index}-f{i}"))
+        events.append(
+            client.make_turn(
+                [("user", filler(rng, i)), ("assistant", "Sounds good.")],
+                session=f"s{i % 4}",
+                event_id=f"t{tenant_index}-f{i}",
+            )
+        )
     for j, (fact, _, values) in enumerate(FACTS):
-        events.append(client.make_turn([("user", fact.format(v=values[tenant_index]))],
-                                       session="s-facts", event_id=f"t{tenant_index}-fact{j}"))
+        events.append(
+            client.make_turn(
+                [("user", fact.format(v=values[tenant_index]))],
+                session="s-facts",
+                event_id=f"t{tenant_index}-fact{j}",
+            )
+        )
     rng.shuffle(events)
     return events
 
@@ -60,7 +99,7 @@ async def test_two_tenants_recall_dedupe_isolation(running) -> None:  # type: ig
     for c in clients:
         await c.connect()
     batches = [events_for(c, k, rng) for k, c in enumerate(clients)]
-    results = await asyncio.gather(*(publish_all(c, b) for c, b in zip(clients, batches)))
+    results = await asyncio.gather(*(publish_all(c, b) for c, b in zip(clients, batches, strict=True)))
     assert not any(r.duplicate for rs in results for r in rs)
     await running.wait_for(running.drained, 60, "ingestion to drain")
     counts = [await running.pg.count(f"tenant-{k}") for k in (0, 1)]
@@ -68,7 +107,7 @@ async def test_two_tenants_recall_dedupe_isolation(running) -> None:  # type: ig
 
     for k, client in enumerate(clients):
         other = 1 - k
-        for fact, question, values in FACTS:
+        for _fact, question, values in FACTS:
             reply = await client.recall(question, top_k=5)
             texts = [h.text for h in reply.hits]
             assert any(values[k] in t for t in texts), (question, texts)
@@ -76,11 +115,13 @@ async def test_two_tenants_recall_dedupe_isolation(running) -> None:  # type: ig
             assert reply.degraded == []
 
     # Publish all 200 again: PubAcks say duplicate, stores do not grow.
-    again = await asyncio.gather(*(publish_all(c, b) for c, b in zip(clients, batches)))
+    again = await asyncio.gather(*(publish_all(c, b) for c, b in zip(clients, batches, strict=True)))
     assert all(r.duplicate for rs in again for r in rs)
     await running.wait_for(running.drained, 30, "re-publish to drain")
     assert [await running.pg.count(f"tenant-{k}") for k in (0, 1)] == counts
-    points = await running.worker.vectors.count() if hasattr(running.worker.vectors, "count") else None
+    points = (
+        await running.worker.vectors.count() if hasattr(running.worker.vectors, "count") else None
+    )
     if points is not None:
         assert points == sum(counts)
     for c in clients:
@@ -91,8 +132,9 @@ async def test_replay_after_duplicate_window_changes_nothing(running) -> None:  
     """Re-delivering the same event past JetStream's duplicate check (new msg id) still stores
     one memory: writes are idempotent by deterministic ids."""
     client = running.client("tenant-r", user="bob")
-    ev = client.make_turn([("user", "I keep my bike in the basement storage room.")],
-                          event_id="same-event")
+    ev = client.make_turn(
+        [("user", "I keep my bike in the basement storage room.")], event_id="same-event"
+    )
     await client.publish(ev)
     await running.wait_for(running.drained, 20, "first ingestion")
     before = await running.pg.count("tenant-r")
@@ -136,17 +178,21 @@ async def test_malformed_event_is_dead_lettered_and_pipeline_continues(running) 
 async def test_tool_and_system_messages_never_become_memories(running) -> None:  # type: ignore[no-untyped-def]
     """System prompts and tool calls/results are not stored and never recalled."""
     client = running.client("tenant-t", user="u")
-    await client.publish_turn([
-        {"role": "system", "content": "SYSPROMPT zebra instructions"},
-        {"role": "user", "content": "Book me a table for two"},
-        {"role": "assistant", "content": "TOOLCALL zebra", "tool_calls": [{"name": "book"}]},
-        {"role": "tool", "content": "TOOLRESULT zebra confirmed 19:00"},
-        {"role": "assistant", "content": "Done, your table is booked."},
-    ])
+    await client.publish_turn(
+        [
+            {"role": "system", "content": "SYSPROMPT zebra instructions"},
+            {"role": "user", "content": "Book me a table for two"},
+            {"role": "assistant", "content": "TOOLCALL zebra", "tool_calls": [{"name": "book"}]},
+            {"role": "tool", "content": "TOOLRESULT zebra confirmed 19:00"},
+            {"role": "assistant", "content": "Done, your table is booked."},
+        ]
+    )
     await running.wait_for(running.drained, 20, "ingestion")
     rows = await running.pg.list_memories(
         __import__("memstream.storage.postgres", fromlist=["OwnerFilter"]).OwnerFilter(
-            tenant="tenant-t"))
+            tenant="tenant-t"
+        )
+    )
     assert len(rows) == 1
     assert "zebra" not in rows[0].content
     reply = await client.recall("zebra", top_k=10)
@@ -165,7 +211,9 @@ async def test_email_is_never_stored_or_returned(running) -> None:  # type: igno
     assert "jane.doe@example.com" not in dumped
     assert "[EMAIL:" in reply.hits[0].text
     async with running.pg._pool.acquire() as con:
-        rows = await con.fetch("SELECT content, metadata::text AS m, redactions::text AS r FROM memories")
+        rows = await con.fetch(
+            "SELECT content, metadata::text AS m, redactions::text AS r FROM memories"
+        )
     assert rows and all("jane.doe" not in (r["content"] + r["m"] + r["r"]) for r in rows)
     assert json.loads(rows[0]["r"]).get("EMAIL") == 1
     await client.close()
@@ -173,12 +221,14 @@ async def test_email_is_never_stored_or_returned(running) -> None:  # type: igno
 
 async def test_recall_rejects_bad_requests_with_a_code(running) -> None:  # type: ignore[no-untyped-def]
     """A malformed recall request gets an error reply with a code, not a crash or silence."""
-    from memstream.producers.client import _decode_reply
-    from memstream.producers.client import RecallError
+    from memstream.producers.client import RecallError, _decode_reply
 
     nc = await nats.connect(running.nats_url)
-    msg = await nc.request(running.worker.deps.subjects.recall,
-                           b'{"tenant": "t", "query": "x", "api_key": "sk-SECRETVALUE"}', timeout=5)
+    msg = await nc.request(
+        running.worker.deps.subjects.recall,
+        b'{"tenant": "t", "query": "x", "api_key": "sk-SECRETVALUE"}',
+        timeout=5,
+    )
     await nc.close()
     with pytest.raises(RecallError) as err:
         _decode_reply(msg.data)

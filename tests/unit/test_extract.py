@@ -10,8 +10,12 @@ def turn(*messages: Message, **kw: object) -> TurnEvent:
 
 def test_one_episode_from_user_and_final_assistant() -> None:
     """A plain exchange yields one episode holding both sides."""
-    out = extract(turn(Message(role=Role.USER, content="It rained all day in Lisbon"),
-                       Message(role=Role.ASSISTANT, content="Noted!")))
+    out = extract(
+        turn(
+            Message(role=Role.USER, content="It rained all day in Lisbon"),
+            Message(role=Role.ASSISTANT, content="Noted!"),
+        )
+    )
     assert len(out) == 1
     assert out[0].content == "user: It rained all day in Lisbon\nassistant: Noted!"
     assert out[0].type.value == "episode"
@@ -19,16 +23,20 @@ def test_one_episode_from_user_and_final_assistant() -> None:
 
 def test_tool_system_reasoning_and_memory_messages_are_dropped() -> None:
     """System prompts, tool calls/results, reasoning and recalled memories never become memories."""
-    out = extract(turn(
-        Message(role=Role.SYSTEM, content="You are SYSTEMPROMPT"),
-        Message(role=Role.USER, content="what is the weather"),
-        Message(role=Role.ASSISTANT, content="calling TOOLCALL", tool_calls=[{"name": "weather"}]),
-        Message(role=Role.TOOL, content="TOOLRESULT 21C"),
-        Message(role=Role.REASONING, content="REASONING here"),
-        Message(role=Role.MEMORY, content="RECALLED memory"),
-        Message(role=Role.ASSISTANT, content="draft NONFINAL", final=False),
-        Message(role=Role.ASSISTANT, content="It is sunny"),
-    ))
+    out = extract(
+        turn(
+            Message(role=Role.SYSTEM, content="You are SYSTEMPROMPT"),
+            Message(role=Role.USER, content="what is the weather"),
+            Message(
+                role=Role.ASSISTANT, content="calling TOOLCALL", tool_calls=[{"name": "weather"}]
+            ),
+            Message(role=Role.TOOL, content="TOOLRESULT 21C"),
+            Message(role=Role.REASONING, content="REASONING here"),
+            Message(role=Role.MEMORY, content="RECALLED memory"),
+            Message(role=Role.ASSISTANT, content="draft NONFINAL", final=False),
+            Message(role=Role.ASSISTANT, content="It is sunny"),
+        )
+    )
     text = out[0].content
     for marker in ("SYSTEMPROMPT", "TOOLCALL", "TOOLRESULT", "REASONING", "RECALLED", "NONFINAL"):
         assert marker not in text

@@ -26,8 +26,14 @@ def test_normalise_scales_best_to_one() -> None:
 
 
 def cand(content: str, user: str = "u", tenant: str = "t") -> Candidate:
-    return Candidate(candidate_id="c", owner=Owner(tenant=tenant, user=user), session="s",
-                     content=content, source_event_id="e", occurred_at=datetime.now(UTC))
+    return Candidate(
+        candidate_id="c",
+        owner=Owner(tenant=tenant, user=user),
+        session="s",
+        content=content,
+        source_event_id="e",
+        occurred_at=datetime.now(UTC),
+    )
 
 
 def test_exact_duplicates_share_an_id_per_owner() -> None:

@@ -1,7 +1,6 @@
 """Rule-based typed extraction."""
 
 import pytest
-
 from memstream.pipeline.extract import extract
 from memstream.pipeline.rules import RuleExtractor, fact_key
 from memstream.schemas.events import Message, Role, TurnEvent
@@ -12,18 +11,21 @@ def typed(text: str, role: Role = Role.USER, threshold: float = 0.55) -> list[tu
     return [(c.type.value, c.content) for c in RuleExtractor(threshold).candidates(ev)]
 
 
-@pytest.mark.parametrize(("text", "kind"), [
-    ("I prefer window seats on long flights.", "preference"),
-    ("Always answer me in Portuguese.", "rule"),
-    ("Never call me before 9am.", "rule"),
-    ("We decided to ship the beta on Friday.", "decision"),
-    ("My name is Ana Souza.", "profile"),
-    ("I work at Globex as a data engineer.", "profile"),
-    ("The fix was to pin urllib3 below 2.", "fix"),
-    ("Remind me to renew my passport.", "todo"),
-    ("My home city is Lisbon.", "fact"),
-    ("Lesson learned: run the migrations before the deploy.", "lesson_learned"),
-])
+@pytest.mark.parametrize(
+    ("text", "kind"),
+    [
+        ("I prefer window seats on long flights.", "preference"),
+        ("Always answer me in Portuguese.", "rule"),
+        ("Never call me before 9am.", "rule"),
+        ("We decided to ship the beta on Friday.", "decision"),
+        ("My name is Ana Souza.", "profile"),
+        ("I work at Globex as a data engineer.", "profile"),
+        ("The fix was to pin urllib3 below 2.", "fix"),
+        ("Remind me to renew my passport.", "todo"),
+        ("My home city is Lisbon.", "fact"),
+        ("Lesson learned: run the migrations before the deploy.", "lesson_learned"),
+    ],
+)
 def test_cues_give_their_type(text: str, kind: str) -> None:
     """Each cue phrase yields a candidate of its memory type."""
     assert typed(text) == [(kind, text)]

@@ -1,0 +1,334 @@
+"""Management commands on ``mem.cmd.<verb>`` (core request-reply, queue group).
+
+Each verb: decode the request (bad input -> ``bad_request`` reply), act within
+the caller's tenant and owner scope (another owner's memory is ``not_found``),
+record the operation in ``memory_events`` and publish it on ``mem.events.<tenant>``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable
+from datetime import datetime
+from typing import Any
+
+from memstream.consumers.logs import log
+from memstream.consumers.recall import RecallService, error_reply
+from memstream.consumers.stages import Deps, _redact_candidate, point_for
+from memstream.pipeline import dedupe, lifecycle
+from memstream.schemas.commands import (
+    VERBS,
+    Caller,
+    FactHistoryRequest,
+    FactPutRequest,
+    ForgetOwnerRequest,
+    IdRequest,
+    ListRequest,
+    PeerQueryRequest,
+    PendingReviewRequest,
+    RememberRequest,
+    SessionRequest,
+)
+from memstream.schemas.commands import CommandReply as Reply
+from memstream.schemas.errors import ErrorCode, MemstreamError
+from memstream.schemas.ids import derived_id
+from memstream.schemas.memory import Candidate, MemoryEvent, MemoryType, Owner, Scope
+from memstream.schemas.recall import RecallRequest
+from memstream.storage.postgres import OwnerFilter
+from pydantic import ValidationError
+
+
+class NotFound(Exception):
+    """The memory does not exist in the caller's scope."""
+
+
+def owner_filter(c: Caller, session: str | None = None) -> OwnerFilter:
+    return OwnerFilter(tenant=c.tenant, user=c.user, agent=c.agent, session=session)
+
+
+def _sanitized(exc: ValidationError) -> str:
+    return "; ".join(
+        f"{'.'.join(map(str, e['loc'])) or '<root>'}: {e['msg']}" for e in exc.errors()[:5]
+    )
+
+
+class CommandService:
+    def __init__(self, deps: Deps, recall: RecallService) -> None:
+        self.deps, self.recall = deps, recall
+        self.handlers: dict[str, Callable[[Any], Awaitable[Reply]]] = {
+            "remember": self.remember,
+            "get": self.get,
+            "list": self.list,
+            "pin": self.pin,
+            "unpin": self.unpin,
+            "forget": self.forget,
+            "forget_owner": self.forget_owner,
+            "fact_put": self.fact_put,
+            "fact_update": self.fact_update,
+            "fact_history": self.fact_history,
+            "pending_review": self.pending_review,
+            "memory_off": self.memory_off,
+            "memory_on": self.memory_on,
+            "peer_query": self.peer_query,
+            "peer_query_any": self.peer_query_any,
+        }
+        assert set(self.handlers) == set(VERBS)
+
+    async def handle(self, verb: str, body: bytes) -> bytes:
+        started = time.perf_counter()
+        try:
+            req = VERBS[verb].model_validate_json(body)
+        except ValidationError as exc:
+            return error_reply(ErrorCode.BAD_REQUEST, f"invalid {verb} request: {_sanitized(exc)}")
+        try:
+            reply = await self.handlers[verb](req)
+        except NotFound as exc:
+            return error_reply(ErrorCode.NOT_FOUND, str(exc))
+        except MemstreamError:
+            return error_reply(
+                ErrorCode.UNAVAILABLE, f"{verb} is unavailable: a store did not answer"
+            )
+        except Exception:
+            log.exception("command.error", verb=verb, tenant=req.tenant)
+            return error_reply(ErrorCode.INTERNAL, f"{verb} failed inside the server")
+        log.info(
+            "command.done",
+            verb=verb,
+            tenant=req.tenant,
+            ms=round((time.perf_counter() - started) * 1000, 2),
+        )
+        return reply.model_dump_json().encode()
+
+    async def _emit(
+        self,
+        kind: str,
+        tenant: str,
+        memory_id: str | None,
+        cause: str,
+        type_: MemoryType | None = None,
+        **detail: Any,
+    ) -> None:
+        await self.deps.emit(
+            MemoryEvent(
+                kind=kind,
+                tenant=tenant,
+                memory_id=memory_id,
+                type=type_,
+                at=self.deps.clock(),
+                detail=detail,
+            ),
+            cause,
+        )
+
+    async def _index(self, memory_id: str, c: Candidate) -> None:
+        vector = self.deps.embedder.embed([c.content])[0]
+        await self.deps.vectors.upsert([point_for(memory_id, c, vector)])
+        await self.deps.pg.mark_indexed([memory_id])
+
+    # --- verbs ------------------------------------------------------------------------------
+
+    async def remember(self, r: RememberRequest) -> Reply:
+        """An explicit write: redacted, deduplicated and indexed like any memory."""
+        now = self.deps.clock()
+        c = Candidate(
+            candidate_id=derived_id(r.tenant, r.user or "", r.agent or "", r.content, "remember"),
+            owner=Owner(tenant=r.tenant, user=r.user, agent=r.agent),
+            session=r.session,
+            type=r.type,
+            scope=r.scope,
+            content=r.content,
+            salience=1.0,
+            confidence=1.0,
+            importance=r.importance,
+            source_event_id=f"remember:{now.isoformat()}",
+            occurred_at=now,
+            metadata=r.metadata,
+            pinned=r.pinned,
+            expires_at=r.expires_at,
+        )
+        c = _redact_candidate(self.deps, c)
+        c = c.model_copy(
+            update={"expires_at": lifecycle.expires_at(c, now, self.deps.settings.ttl_s)}
+        )
+        k = dedupe.key(c)
+        inserted = await self.deps.pg.upsert(k.memory_id, k.content_hash, c)
+        if c.pinned:
+            await self.deps.pg.set_pinned(OwnerFilter(tenant=r.tenant), k.memory_id, True)
+        await self._index(k.memory_id, c)
+        await self._emit(
+            "stored" if inserted else "merged", r.tenant, k.memory_id, c.source_event_id, c.type
+        )
+        return Reply(memory=await self.deps.pg.get(owner_filter(r), k.memory_id))
+
+    async def get(self, r: IdRequest) -> Reply:
+        m = await self.deps.pg.get(owner_filter(r), r.id)
+        if m is None:
+            raise NotFound("no such memory")
+        return Reply(memory=m)
+
+    async def list(self, r: ListRequest) -> Reply:
+        flt = OwnerFilter(
+            tenant=r.tenant,
+            user=r.user,
+            agent=r.agent,
+            session=r.session,
+            types=tuple(r.types),
+            scopes=tuple(r.scopes),
+        )
+        rows = await self.deps.pg.list_memories(flt, limit=r.limit + 1, offset=r.offset)
+        more = len(rows) > r.limit
+        return Reply(memories=rows[: r.limit], next_offset=r.offset + r.limit if more else None)
+
+    async def _pin(self, r: IdRequest, pinned: bool) -> Reply:
+        m = await self.deps.pg.set_pinned(owner_filter(r), r.id, pinned)
+        if m is None:
+            raise NotFound("no such memory")
+        # a pinned memory never expires: the vector index follows
+        vector = self.deps.embedder.embed([m.content])[0]
+        from memstream.consumers.stages import point_from_record
+
+        await self.deps.vectors.upsert([point_from_record(m, vector)])
+        await self._emit(
+            "pinned" if pinned else "unpinned",
+            r.tenant,
+            r.id,
+            self.deps.clock().isoformat(),
+            m.type,
+        )
+        return Reply(memory=m)
+
+    async def pin(self, r: IdRequest) -> Reply:
+        return await self._pin(r, True)
+
+    async def unpin(self, r: IdRequest) -> Reply:
+        return await self._pin(r, False)
+
+    async def forget(self, r: IdRequest) -> Reply:
+        """Tombstone one memory: gone from recall and from the vector index at once."""
+        if not await self.deps.pg.tombstone(owner_filter(r), r.id):
+            raise NotFound("no such memory")
+        await self.deps.vectors.delete(r.tenant, [r.id])
+        await self._emit("forgotten", r.tenant, r.id, "tombstone")
+        return Reply(counts={"memories": 1})
+
+    async def forget_owner(self, r: ForgetOwnerRequest) -> Reply:
+        """Erasure: the owner's (or one session's) memories, vectors and raw turns."""
+        ids = await self.deps.pg.erase(owner_filter(r, r.session))
+        if ids:
+            await self.deps.vectors.delete(r.tenant, ids)
+        turns = await self._purge_turns(r)
+        await self._emit(
+            "erased",
+            r.tenant,
+            None,
+            f"{r.user}:{r.agent}:{r.session}:{time.time()}",
+            memories=len(ids),
+            turns=turns,
+            session=r.session,
+        )
+        return Reply(counts={"memories": len(ids), "vectors": len(ids), "turns": turns})
+
+    async def _purge_turns(self, r: ForgetOwnerRequest) -> int:
+        s = self.deps.subjects
+        owner = r.user or r.agent or "_"
+        if r.session is None:
+            subject = s.turns_filter(r.tenant, owner)
+        else:
+            subject = s.turns(r.tenant, owner, r.session)
+        stream = s.stream("turns")
+        info = await self.deps.js.stream_info(stream, subjects_filter=subject)
+        held = sum((info.state.subjects or {}).values())
+        await self.deps.js.purge_stream(stream, subject=subject)
+        return held
+
+    async def fact_put(self, r: FactPutRequest, must_exist: bool = False) -> Reply:
+        """A new version of fact ``key``; the current one is closed (valid_to, superseded_by)."""
+        flt = owner_filter(r)
+        key = r.key.strip().lower()
+        if must_exist and await self.deps.pg.current_fact(flt, key) is None:
+            raise NotFound(f"no current fact {key!r}")
+        now = self.deps.clock()
+        valid_from = r.valid_from or now
+        c = Candidate(
+            candidate_id=derived_id(
+                r.tenant, r.user or "", r.agent or "", key, valid_from.isoformat()
+            ),
+            owner=Owner(tenant=r.tenant, user=r.user, agent=r.agent),
+            session=r.session,
+            type=MemoryType.FACT,
+            scope=Scope.USER,
+            content=f"{r.key}: {r.value}",
+            source_event_id=f"fact:{key}:{valid_from.isoformat()}",
+            occurred_at=valid_from,
+            metadata={"fact_key": key},
+            importance=0.7,
+        )
+        c = _redact_candidate(self.deps, c)
+        mid = derived_id(
+            r.tenant, r.user or "", r.agent or "", "fact", key, valid_from.isoformat(), c.content
+        )
+        old = await self.deps.pg.put_fact(mid, dedupe.key(c).content_hash, c, key, valid_from)
+        if old is not None:
+            await self.deps.vectors.delete(r.tenant, [old.id])
+            await self._emit("superseded", r.tenant, old.id, mid, MemoryType.FACT, by=mid)
+        await self._index(mid, c)
+        await self._emit("stored", r.tenant, mid, c.source_event_id, MemoryType.FACT, fact_key=key)
+        return Reply(
+            memory=await self.deps.pg.get(flt, mid), detail={"superseded": old.id if old else None}
+        )
+
+    async def fact_update(self, r: FactPutRequest) -> Reply:
+        return await self.fact_put(r, must_exist=True)
+
+    async def fact_history(self, r: FactHistoryRequest) -> Reply:
+        chain = await self.deps.pg.fact_history(owner_filter(r), r.key.strip().lower())
+        if r.at is not None:
+            at: datetime = r.at
+            chain = [
+                m
+                for m in chain
+                if (m.valid_from is None or m.valid_from <= at)
+                and (m.valid_to is None or at < m.valid_to)
+            ]
+        return Reply(memories=chain)
+
+    async def pending_review(self, r: PendingReviewRequest) -> Reply:
+        return Reply(counts=await self.deps.pg.pending_review(r.tenant, r.since))
+
+    async def _memory(self, r: SessionRequest, off: bool) -> Reply:
+        owner = Owner(tenant=r.tenant, user=r.user, agent=r.agent)
+        await self.deps.pg.set_memory_off(r.tenant, owner.key, r.session, off)
+        await self.deps.pg.record_event(
+            r.tenant,
+            None,
+            "memory_off" if off else "memory_on",
+            f"{owner.key}:{r.session}:{time.time()}",
+            {"session": r.session},
+        )
+        await self._emit(
+            "memory_off" if off else "memory_on",
+            r.tenant,
+            None,
+            f"{owner.key}:{r.session}:{time.time()}",
+            session=r.session,
+        )
+        return Reply(detail={"session": r.session, "memory": "off" if off else "on"})
+
+    async def memory_off(self, r: SessionRequest) -> Reply:
+        return await self._memory(r, True)
+
+    async def memory_on(self, r: SessionRequest) -> Reply:
+        return await self._memory(r, False)
+
+    async def peer_query(self, r: PeerQueryRequest) -> Reply:
+        """Read one named agent's memories; never counts as an access."""
+        if not r.target_agent:
+            raise NotFound("peer_query needs target_agent")
+        req = RecallRequest(tenant=r.tenant, agent=r.target_agent, query=r.query, top_k=r.top_k)
+        return Reply(recall=await self.recall.recall(req, touch=False))
+
+    async def peer_query_any(self, r: PeerQueryRequest) -> Reply:
+        """Read every agent's memories except the caller's; never counts as an access."""
+        req = RecallRequest(tenant=r.tenant, agent=r.agent or "*", query=r.query, top_k=r.top_k)
+        flt = OwnerFilter(tenant=r.tenant, exclude_agent=r.agent)
+        return Reply(recall=await self.recall.recall(req, touch=False, owner=flt))

@@ -1,0 +1,19 @@
+"""Lifecycles: when a memory expires, given its scope."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime, timedelta
+
+from memstream.schemas.memory import Candidate
+
+
+def expires_at(c: Candidate, now: datetime, ttl_s: Mapping[str, float]) -> datetime | None:
+    """Pinned memories never expire; an explicit expires_at wins; run and session scopes
+    get their configured TTL from ``now``; other scopes keep no expiry."""
+    if c.pinned:
+        return None
+    if c.expires_at is not None:
+        return c.expires_at
+    ttl = ttl_s.get(c.scope.value)
+    return now + timedelta(seconds=ttl) if ttl else None

@@ -1,0 +1,127 @@
+"""Management commands: ``mem.cmd.<verb>`` request-reply, one request model per verb.
+
+Every request names the caller (tenant plus user and/or agent). The server
+scopes every read and write to the caller: a memory of another tenant or
+another owner is ``not_found``, never visible. Replies are ``CommandReply``
+(``ok: true``) or ``ErrorReply`` (``ok: false``, with a code).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any, Literal
+
+from memstream.schemas.events import Ident, MetaValue, OptIdent
+from memstream.schemas.memory import MemoryRecord, MemoryType, Scope
+from memstream.schemas.recall import RecallReply
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+
+class Caller(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    schema_version: Literal[1] = 1
+    tenant: Ident
+    user: OptIdent = None
+    agent: OptIdent = None
+
+    @model_validator(mode="after")
+    def _owner(self) -> Caller:
+        if not (self.user or self.agent):
+            raise ValueError("a command needs an owner: user and/or agent")
+        return self
+
+
+class RememberRequest(Caller):
+    content: Annotated[str, Field(min_length=1, max_length=50_000)]
+    type: MemoryType = MemoryType.FACT
+    scope: Scope = Scope.USER
+    session: Ident = "default"
+    pinned: bool = False
+    importance: Annotated[float, Field(ge=0, le=1)] = 0.5
+    expires_at: datetime | None = None
+    metadata: dict[str, MetaValue] = Field(default_factory=dict)
+
+
+class IdRequest(Caller):
+    """get, pin, unpin, forget."""
+
+    id: Ident
+
+
+class ListRequest(Caller):
+    session: OptIdent = None
+    types: list[MemoryType] = Field(default_factory=list)
+    scopes: list[Scope] = Field(default_factory=list)
+    limit: Annotated[int, Field(ge=1, le=100)] = 20
+    offset: Annotated[int, Field(ge=0)] = 0
+
+
+class ForgetOwnerRequest(Caller):
+    """Erasure of the caller's memories (all, or one session), vectors and raw turns."""
+
+    session: OptIdent = None
+
+
+class FactPutRequest(Caller):
+    key: Annotated[str, Field(min_length=1, max_length=200)]
+    value: Annotated[str, Field(min_length=1, max_length=10_000)]
+    valid_from: datetime | None = None
+    session: Ident = "default"
+
+
+class FactHistoryRequest(Caller):
+    key: Annotated[str, Field(min_length=1, max_length=200)]
+    at: datetime | None = None  # the version valid at this time; None: the whole chain
+
+
+class PendingReviewRequest(Caller):
+    """Memories created per agent since the given time (one per agent, or ``*``)."""
+
+    since: dict[str, datetime]
+
+
+class SessionRequest(Caller):
+    """memory_off / memory_on for one session."""
+
+    session: Ident
+
+
+class PeerQueryRequest(Caller):
+    """Read another agent's memories (``target_agent``) or all agents' but the caller's."""
+
+    query: Annotated[str, Field(min_length=1, max_length=10_000)]
+    target_agent: OptIdent = None
+    top_k: Annotated[int, Field(ge=1, le=100)] = 10
+
+
+class CommandReply(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    schema_version: Literal[1] = 1
+    ok: Literal[True] = True
+    memory: MemoryRecord | None = None
+    memories: list[MemoryRecord] = Field(default_factory=list)
+    next_offset: int | None = None
+    counts: dict[str, int] = Field(default_factory=dict)
+    recall: RecallReply | None = None
+    detail: dict[str, Any] = Field(default_factory=dict)
+
+
+VERBS: dict[str, type[Caller]] = {
+    "remember": RememberRequest,
+    "get": IdRequest,
+    "list": ListRequest,
+    "pin": IdRequest,
+    "unpin": IdRequest,
+    "forget": IdRequest,
+    "forget_owner": ForgetOwnerRequest,
+    "fact_put": FactPutRequest,
+    "fact_update": FactPutRequest,
+    "fact_history": FactHistoryRequest,
+    "pending_review": PendingReviewRequest,
+    "memory_off": SessionRequest,
+    "memory_on": SessionRequest,
+    "peer_query": PeerQueryRequest,
+    "peer_query_any": PeerQueryRequest,
+}
