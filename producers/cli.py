@@ -7,6 +7,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 from importlib.metadata import entry_points
+from importlib.util import find_spec
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -18,8 +19,10 @@ def build_parser() -> argparse.ArgumentParser:
     for ep in entry_points(group="memstream.cli"):
         try:
             ep.load()(sub)
-        except ImportError:  # the worker extra is not installed: agent verbs only
-            continue
+        except ImportError:
+            if find_spec("faststream") is not None:
+                raise  # the worker extra is installed: a real error, not a missing extra
+            continue  # SDK-only install: agent verbs only
     return parser
 
 

@@ -13,8 +13,10 @@
 Exceptions::
 
     MemoryClientError
-    +-- PublishError   the turn was not stored (no PubAck, bad event)
-    +-- RecallError    recall failed: .code in {bad_request, unavailable, timeout, internal, ...}
+    +-- PublishError       the turn was not stored (no PubAck, bad event)
+    +-- ServiceError       .code in {bad_request, not_found, unavailable, timeout, internal}
+        +-- RecallError    recall failed
+        +-- CommandError   a management command failed
 """
 
 from __future__ import annotations
@@ -42,11 +44,13 @@ from nats.errors import TimeoutError as NatsTimeout
 from pydantic import ValidationError
 
 __all__ = [
+    "CommandError",
     "MemoryClient",
     "MemoryClientError",
     "PublishError",
     "PublishResult",
     "RecallError",
+    "ServiceError",
     "SyncMemoryClient",
     "discover_nats_url",
 ]
@@ -63,13 +67,22 @@ class PublishError(MemoryClientError):
     """The turn was not durably stored."""
 
 
-class RecallError(MemoryClientError):
-    """Recall failed; ``code`` says why, the message is safe to log."""
+class ServiceError(MemoryClientError):
+    """The service answered with an error (or not at all); ``code`` says why, the message
+    is safe to log."""
 
     def __init__(self, code: ErrorCode | str, message: str) -> None:
         self.code = ErrorCode(code) if code in ErrorCode._value2member_map_ else ErrorCode.INTERNAL
         self.message = message
         super().__init__(f"{self.code.value}: {message}")
+
+
+class RecallError(ServiceError):
+    """Recall failed."""
+
+
+class CommandError(ServiceError):
+    """A management command (remember, forget, ...) failed."""
 
 
 @dataclass(frozen=True)
@@ -105,11 +118,13 @@ class MemoryClient:
         namespace: str | None = None,
         recall_timeout: float = 2.0,
         publish_timeout: float = 5.0,
+        command_timeout: float = 10.0,
     ) -> None:
         self.tenant, self.user, self.agent = tenant, user, agent
         self._url = nats_url or discover_nats_url()
         self.subjects = Subjects(namespace or os.environ.get("MEMSTREAM_NAMESPACE", "mem"))
         self.recall_timeout, self.publish_timeout = recall_timeout, publish_timeout
+        self.command_timeout = command_timeout
         self._nc: Any = None
         self._js: Any = None
         self._pending: set[asyncio.Task[Any]] = set()
@@ -300,6 +315,17 @@ class SyncMemoryClient:
 
     def recall(self, query: str, **kwargs: Any) -> RecallReply:
         return self._run(self._client.recall(query, **kwargs))
+
+    def __getattr__(self, name: str) -> Any:
+        """Every other async method of MemoryClient (remember, forget, ...), blocking."""
+        method = getattr(self._client, name)
+        if not asyncio.iscoroutinefunction(method):
+            raise AttributeError(name)
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            return self._run(method(*args, **kwargs))
+
+        return call
 
     def close(self) -> None:
         self._run(self._client.close())

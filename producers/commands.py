@@ -35,6 +35,79 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     rec.add_argument("--top-k", type=int, default=5)
     rec.add_argument("--method", default="hybrid", choices=["hybrid", "keyword", "vector"])
     rec.set_defaults(func=lambda a: asyncio.run(_recall(a)))
+    _register_management(sub)
+
+
+# verb -> (help, positional arguments, options): each maps onto one mem.cmd.<verb> request.
+MANAGEMENT: dict[str, tuple[str, list[str], list[str]]] = {
+    "remember": ("store a memory explicitly", ["content"], ["type", "scope", "pinned"]),
+    "get": ("show one memory", ["id"], []),
+    "list": ("list memories (newest first)", [], ["limit", "offset", "type"]),
+    "pin": ("pin a memory (ranks first, never expires)", ["id"], []),
+    "unpin": ("unpin a memory", ["id"], []),
+    "forget": ("forget one memory (tombstone)", ["id"], []),
+    "forget_owner": ("erase the owner's memories, vectors and raw turns", [], []),
+    "fact_put": ("set a fact (closes the current version)", ["key", "value"], []),
+    "fact_update": ("update an existing fact", ["key", "value"], []),
+    "fact_history": ("every version of a fact", ["key"], []),
+    "memory_off": ("stop storing memories of a session", [], []),
+    "memory_on": ("store memories of a session again", [], []),
+}
+
+
+def _register_management(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    for verb, (help_text, positionals, options) in MANAGEMENT.items():
+        p = sub.add_parser(verb.replace("_", "-"), help=help_text)
+        _common(p)
+        for name in positionals:
+            p.add_argument(name)
+        if "type" in options:
+            p.add_argument("--type", default=None)
+        if "scope" in options:
+            p.add_argument("--scope", default=None)
+        if "pinned" in options:
+            p.add_argument("--pinned", action="store_true")
+        if "limit" in options:
+            p.add_argument("--limit", type=int, default=20)
+            p.add_argument("--offset", type=int, default=0)
+        p.set_defaults(
+            func=lambda a, verb=verb, pos=positionals: asyncio.run(_manage(a, verb, pos))
+        )
+
+
+async def _manage(a: argparse.Namespace, verb: str, positionals: list[str]) -> int:
+    fields: dict[str, object] = {name: getattr(a, name) for name in positionals}
+    if verb in ("forget_owner", "memory_off", "memory_on", "list") and a.session:
+        fields["session"] = a.session
+    elif verb in ("memory_off", "memory_on"):
+        print("memstream: --session is required", file=sys.stderr)
+        return 2
+    if getattr(a, "type", None):
+        fields["types" if verb == "list" else "type"] = [a.type] if verb == "list" else a.type
+    if getattr(a, "scope", None):
+        fields["scope"] = a.scope
+    if getattr(a, "pinned", False):
+        fields["pinned"] = True
+    if verb == "list":
+        fields.update(limit=a.limit, offset=a.offset)
+    try:
+        async with _client(a) as mem:
+            reply = await mem.command(verb, **fields)
+    except MemoryClientError as exc:
+        print(f"memstream: {exc}", file=sys.stderr)
+        return 1
+    if a.json:
+        print(reply.model_dump_json(indent=2))
+        return 0
+    records = ([reply.memory] if reply.memory else []) + list(reply.memories)
+    for m in records:
+        state = " (pinned)" if m.pinned else ""
+        print(f"{m.id}  {m.type.value:<10} {m.scope.value:<8}{state} {m.content[:160]}")
+    if reply.counts:
+        print(", ".join(f"{k}: {v}" for k, v in reply.counts.items()))
+    if not records and not reply.counts:
+        print("ok")
+    return 0
 
 
 def _client(a: argparse.Namespace) -> MemoryClient:
@@ -71,7 +144,8 @@ async def _recall(a: argparse.Namespace) -> int:
         return 0
     took = (time.perf_counter() - started) * 1000
     print(
-        f"{len(reply.hits)} hit(s) in {took:.1f} ms (server {reply.timings_ms.get('total', 0):.1f} ms)"
+        f"{len(reply.hits)} hit(s) in {took:.1f} ms "
+        f"(server {reply.timings_ms.get('total', 0):.1f} ms)"
         + (f", degraded: {', '.join(reply.degraded)}" if reply.degraded else "")
     )
     for i, h in enumerate(reply.hits, 1):
