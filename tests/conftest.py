@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import AsyncIterator, Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -49,10 +50,28 @@ def namespace() -> str:
     return f"t{uuid.uuid4().hex[:10]}"
 
 
+class TestClock:
+    """A controllable clock: starts at the real time, moves only when told."""
+
+    def __init__(self) -> None:
+        self.now = datetime.now(UTC)
+
+    def __call__(self) -> datetime:
+        return self.now
+
+    def advance(self, **delta: float) -> None:
+        self.now += timedelta(**delta)
+
+
 @pytest.fixture
-async def pg(database_url: str, namespace: str) -> AsyncIterator[object]:
+def clock() -> TestClock:
+    return TestClock()
+
+
+@pytest.fixture
+async def pg(database_url: str, namespace: str, clock: TestClock) -> AsyncIterator[object]:
     from memstream.storage.postgres import PgStore
 
-    store = await PgStore.connect(database_url, schema=namespace)
+    store = await PgStore.connect(database_url, schema=namespace, clock=clock)
     yield store
     await store.close()

@@ -93,8 +93,6 @@ async def _delete_streams(nats_url: str, settings: Settings) -> None:
     nc = await nats.connect(nats_url)
     js = nc.jetstream()
     for kind in ("turns", "stages", "events", "dlq"):
-        try:
+        with contextlib.suppress(Exception):  # already gone is fine
             await js.delete_stream(Subjects(settings.namespace).stream(kind))
-        except Exception:
-            pass
     await nc.close()

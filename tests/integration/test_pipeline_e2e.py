@@ -99,7 +99,9 @@ async def test_two_tenants_recall_dedupe_isolation(running) -> None:  # type: ig
     for c in clients:
         await c.connect()
     batches = [events_for(c, k, rng) for k, c in enumerate(clients)]
-    results = await asyncio.gather(*(publish_all(c, b) for c, b in zip(clients, batches, strict=True)))
+    results = await asyncio.gather(
+        *(publish_all(c, b) for c, b in zip(clients, batches, strict=True))
+    )
     assert not any(r.duplicate for rs in results for r in rs)
     await running.wait_for(running.drained, 60, "ingestion to drain")
     counts = [await running.pg.count(f"tenant-{k}") for k in (0, 1)]
@@ -115,7 +117,9 @@ async def test_two_tenants_recall_dedupe_isolation(running) -> None:  # type: ig
             assert reply.degraded == []
 
     # Publish all 200 again: PubAcks say duplicate, stores do not grow.
-    again = await asyncio.gather(*(publish_all(c, b) for c, b in zip(clients, batches, strict=True)))
+    again = await asyncio.gather(
+        *(publish_all(c, b) for c, b in zip(clients, batches, strict=True))
+    )
     assert all(r.duplicate for rs in again for r in rs)
     await running.wait_for(running.drained, 30, "re-publish to drain")
     assert [await running.pg.count(f"tenant-{k}") for k in (0, 1)] == counts
