@@ -103,11 +103,12 @@ async def serve(settings: Settings, announce: bool) -> int:
     stack_file.write_text(json.dumps({"nats_url": stack.nats_url, "namespace": settings.namespace}))
     if announce:
         where = "embedded" if stack.embedded else "configured"
+        qdrant = settings.qdrant_url or f"Qdrant Edge at {settings.state_dir / 'qdrant'}"
         print(
             f"memstream is running ({where} stack, state in {settings.state_dir.resolve()})\n"
             f"  NATS      {stack.nats_url}   (recall: {worker.deps.subjects.recall})\n"
             f"  Postgres  {_redact_dsn(stack.database_url)}\n"
-            f"  Qdrant    {settings.qdrant_url or 'Qdrant Edge at ' + str(settings.state_dir / 'qdrant')}\n"
+            f"  Qdrant    {qdrant}\n"
             f"  try:      memstream publish --user alice 'I prefer green tea'\n"
             f"            memstream recall --user alice 'what tea?'\n"
             f"Ctrl-C stops everything.",

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -332,6 +333,47 @@ class PgStore:
             }
             for r in rows
         ]
+
+    async def bulk_insert(self, rows: Sequence[tuple[str, str, Candidate]]) -> None:
+        """Load many memories at once (benchmarks, imports): COPY, no audit rows, indexed."""
+        records = [
+            (
+                uuid.UUID(mid),
+                c.owner.tenant,
+                c.owner.user,
+                c.owner.agent,
+                c.session,
+                c.scope.value,
+                c.type.value,
+                c.content,
+                chash,
+                [c.source_event_id],
+                json.dumps(c.metadata),
+                c.occurred_at,
+                True,
+            )
+            for mid, chash, c in rows
+        ]
+        async with self._pool.acquire() as con:
+            await con.copy_records_to_table(
+                "memories",
+                records=records,
+                columns=[
+                    "id",
+                    "tenant",
+                    "user_id",
+                    "agent_id",
+                    "session",
+                    "scope",
+                    "type",
+                    "content",
+                    "content_hash",
+                    "source_event_ids",
+                    "metadata",
+                    "occurred_at",
+                    "indexed",
+                ],
+            )
 
     async def merge(self, tenant: str, memory_id: str, source_event_id: str) -> bool:
         """Fold a near-duplicate's source event into an existing live memory."""

@@ -10,6 +10,8 @@ import importlib
 
 BENCHES = {
     "redaction": "memstream.consumers.bench.redaction",
+    "locomo": "memstream.consumers.bench.locomo",
+    "recall": "memstream.consumers.bench.recall",
 }
 
 

@@ -1,0 +1,103 @@
+"""A throwaway memstream for benchmarks: the embedded stack (or the configured services) with
+every worker in-process, under a fresh namespace and Postgres schema, removed afterwards."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import nats
+from memstream.consumers.app import Worker
+from memstream.consumers.run import Stack, make_worker
+from memstream.consumers.topology import topology
+from memstream.producers.client import MemoryClient
+from memstream.schemas.settings import Settings
+
+
+def percentile(values: list[float], q: float) -> float:
+    """Nearest-rank percentile (q in 0..100) of a non-empty list."""
+    ordered = sorted(values)
+    rank = max(1, min(len(ordered), round(q / 100 * len(ordered) + 0.5)))
+    return ordered[rank - 1]
+
+
+def progress(label: str, done: int, total: int, started: float) -> None:
+    """One self-overwriting progress line on stderr."""
+    rate = done / max(time.perf_counter() - started, 1e-9)
+    end = "\n" if done >= total else "\r"
+    print(f"  {label}: {done}/{total} ({rate:,.0f}/s)", end=end, file=sys.stderr, flush=True)
+
+
+@dataclass
+class Bench:
+    settings: Settings
+    stack: Stack
+    worker: Worker
+
+    def client(self, tenant: str, **kw: object) -> MemoryClient:
+        return MemoryClient(
+            tenant, nats_url=self.stack.nats_url, namespace=self.settings.namespace, **kw
+        )  # type: ignore[arg-type]
+
+    async def drained(self) -> bool:
+        js = self.worker.deps.js
+        for stream, cfg in topology(self.settings).consumers.values():
+            info = await js.consumer_info(stream, cfg.durable_name or "")
+            if info.num_pending or info.num_ack_pending:
+                return False
+        return True
+
+    async def wait_drained(self, limit_s: float = 600.0) -> float:
+        """Seconds until every stage consumer is empty (checked twice, 100 ms apart)."""
+        started = time.perf_counter()
+        while time.perf_counter() - started < limit_s:
+            if await self.drained():
+                await asyncio.sleep(0.1)
+                if await self.drained():
+                    return time.perf_counter() - started
+            await asyncio.sleep(0.05)
+        raise TimeoutError(f"ingestion did not finish within {limit_s:.0f} s")
+
+
+@contextlib.asynccontextmanager
+async def bench_stack(keep: bool = False) -> AsyncIterator[Bench]:
+    """Start (or connect to) the services, run the workers, clean up after."""
+    base = Settings()
+    namespace = f"bench{uuid.uuid4().hex[:8]}"
+    with tempfile.TemporaryDirectory(prefix="memstream-bench-") as tmp:
+        settings = base.model_copy(
+            update={
+                "namespace": namespace,
+                "state_dir": base.state_dir if keep else Path(tmp),
+                "collection": f"{base.collection}_{namespace}",
+            }
+        )
+        stack = await Stack.open(settings, schema=namespace)
+        worker = make_worker(stack)
+        await worker.vectors.ensure(worker.embedder.dim)
+        await worker.start()
+        try:
+            yield Bench(settings, stack, worker)
+        finally:
+            await worker.stop()
+            if not keep:
+                await _cleanup(stack, settings)
+            await stack.close()
+
+
+async def _cleanup(stack: Stack, settings: Settings) -> None:
+    nc = await nats.connect(stack.nats_url)
+    js = nc.jetstream()
+    for s in topology(settings).streams:
+        with contextlib.suppress(Exception):
+            await js.delete_stream(s.name or "")
+    await nc.close()
+    async with stack.pg._pool.acquire() as con:
+        await con.execute(f'DROP SCHEMA IF EXISTS "{stack.schema}" CASCADE')

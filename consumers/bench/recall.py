@@ -1,0 +1,292 @@
+"""Recall latency over NATS at the client, with N memories in the queried tenant.
+
+Loads N synthetic memories into one tenant plus noise tenants straight into the stores
+(Postgres rows and vector points, as the store stage writes them), then measures recall
+round trips through the SDK: one client at a time, then several concurrent clients.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import random
+import time
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from memstream.consumers.bench.harness import bench_stack, percentile, progress
+from memstream.consumers.stages import point_for
+from memstream.pipeline import dedupe
+from memstream.schemas.memory import Candidate, MemoryType, Owner
+
+WORDS = [
+    "alpha",
+    "amber",
+    "anchor",
+    "apple",
+    "arrow",
+    "autumn",
+    "badge",
+    "bamboo",
+    "banjo",
+    "basil",
+    "beacon",
+    "berry",
+    "bicycle",
+    "blossom",
+    "breeze",
+    "bridge",
+    "bronze",
+    "cabin",
+    "cactus",
+    "camera",
+    "canal",
+    "candle",
+    "canyon",
+    "carbon",
+    "castle",
+    "cedar",
+    "cello",
+    "chalk",
+    "cherry",
+    "cinema",
+    "citrus",
+    "cliff",
+    "clover",
+    "cobalt",
+    "comet",
+    "copper",
+    "coral",
+    "cotton",
+    "crane",
+    "crystal",
+    "daisy",
+    "delta",
+    "desert",
+    "dolphin",
+    "dragon",
+    "drum",
+    "eagle",
+    "ember",
+    "falcon",
+    "fern",
+    "fiddle",
+    "forest",
+    "fossil",
+    "galaxy",
+    "garden",
+    "garnet",
+    "ginger",
+    "glacier",
+    "granite",
+    "harbor",
+    "hazel",
+    "helmet",
+    "honey",
+    "island",
+    "ivory",
+    "jasmine",
+    "jungle",
+    "kettle",
+    "kiwi",
+    "lagoon",
+    "lantern",
+    "lemon",
+    "lilac",
+    "lotus",
+    "magnet",
+    "maple",
+    "marble",
+    "meadow",
+    "meteor",
+    "mint",
+    "mirror",
+    "monsoon",
+    "mosaic",
+    "nectar",
+    "nickel",
+    "oasis",
+    "olive",
+    "onyx",
+    "orchid",
+    "otter",
+    "paddle",
+    "panda",
+    "pepper",
+    "pillow",
+    "pine",
+    "planet",
+    "plum",
+    "prairie",
+    "quartz",
+    "quill",
+    "raven",
+    "reef",
+    "ribbon",
+    "river",
+    "rocket",
+    "saffron",
+    "salmon",
+    "sapphire",
+    "scarlet",
+    "shadow",
+    "silver",
+    "spruce",
+    "summit",
+    "thistle",
+    "thunder",
+    "tiger",
+    "timber",
+    "topaz",
+    "tulip",
+    "tundra",
+    "velvet",
+    "violet",
+    "walnut",
+    "willow",
+    "zephyr",
+]
+VERBS = (
+    "likes",
+    "bought",
+    "visited",
+    "painted",
+    "lost",
+    "found",
+    "wants",
+    "planned",
+    "fixed",
+    "shared",
+    "borrowed",
+    "cooked",
+    "measured",
+    "photographed",
+    "repaired",
+    "sold",
+)
+
+
+def sentence(rng: random.Random) -> str:
+    a, b, c = rng.sample(WORDS, 3)
+    return f"The user {rng.choice(VERBS)} the {a} {b} near the {c} on day {rng.randint(1, 999)}."
+
+
+async def load(bench: Any, tenant: str, n: int, rng: random.Random, label: str) -> None:
+    started = time.perf_counter()
+    embedder, pg, vectors = bench.worker.embedder, bench.stack.pg, bench.worker.vectors
+    base = datetime(2025, 1, 1, tzinfo=UTC)
+    for offset in range(0, n, 2000):
+        cands = [
+            Candidate(
+                candidate_id=f"{tenant}-{i}",
+                owner=Owner(tenant=tenant, user="u0"),
+                session=f"s{i % 50}",
+                type=MemoryType.EPISODE,
+                content=sentence(rng),
+                source_event_id=f"{tenant}-e{i}",
+                occurred_at=base + timedelta(minutes=i),
+                redacted=True,
+            )
+            for i in range(offset, min(n, offset + 2000))
+        ]
+        keyed = [dedupe.key(c) for c in cands]
+        await pg.bulk_insert([(k.memory_id, k.content_hash, k.candidate) for k in keyed])
+        vecs = embedder.embed([c.content for c in cands])
+        await vectors.upsert(
+            [point_for(k.memory_id, k.candidate, v) for k, v in zip(keyed, vecs, strict=True)]
+        )
+        progress(label, min(n, offset + 2000), n, started)
+
+
+async def measure(clients: list[Any], queries: list[str], top_k: int) -> list[float]:
+    latencies: list[float] = []
+
+    async def one_client(c: Any, qs: list[str]) -> None:
+        for q in qs:
+            t0 = time.perf_counter()
+            await c.recall(q, top_k=top_k)
+            latencies.append((time.perf_counter() - t0) * 1000)
+
+    share = len(queries) // len(clients)
+    await asyncio.gather(
+        *(one_client(c, queries[i * share : (i + 1) * share]) for i, c in enumerate(clients))
+    )
+    return latencies
+
+
+def stats(latencies: list[float], wall_s: float) -> dict[str, float]:
+    return {
+        "p50": round(percentile(latencies, 50), 3),
+        "p95": round(percentile(latencies, 95), 3),
+        "p99": round(percentile(latencies, 99), 3),
+        "qps": round(len(latencies) / wall_s, 1),
+    }
+
+
+async def run(n: int, noise: int, queries: int, concurrency: int, top_k: int) -> dict[str, Any]:
+    rng = random.Random(42)
+    async with bench_stack() as bench:
+        load_start = time.perf_counter()
+        await load(bench, "bench-main", n, rng, "memories (queried tenant)")
+        for t in range(noise):
+            await load(bench, f"bench-noise-{t}", max(1, n // 10), rng, f"noise tenant {t}")
+        load_s = time.perf_counter() - load_start
+        qs = [
+            f"what did the user do with the {a} {b}?"
+            for a, b in (rng.sample(WORDS, 2) for _ in range(queries))
+        ]
+        clients = [
+            await bench.client("bench-main", user="u0").connect()
+            for _ in range(max(1, concurrency))
+        ]
+        await measure(clients[:1], qs[:50], top_k)  # warm-up
+        t0 = time.perf_counter()
+        single = await measure(clients[:1], qs, top_k)
+        single_wall = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        multi = await measure(clients, qs, top_k)
+        multi_wall = time.perf_counter() - t0
+        reply = await clients[0].recall(qs[0], top_k=top_k)
+        for c in clients:
+            await c.close()
+    return {
+        "memories": n,
+        "noise_tenants": noise,
+        "top_k": top_k,
+        "load_s": round(load_s, 1),
+        "latency_ms": stats(single, single_wall),
+        "concurrent": {"clients": concurrency, **stats(multi, multi_wall)},
+        "server_timings_ms": reply.timings_ms,
+        "queries": len(qs),
+    }
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--memories", type=int, default=100_000)
+    p.add_argument("--noise-tenants", type=int, default=2)
+    p.add_argument("--queries", type=int, default=1000)
+    p.add_argument("--concurrency", type=int, default=8)
+    p.add_argument("--top-k", type=int, default=10)
+
+
+def main(args: argparse.Namespace) -> int:
+    r = asyncio.run(
+        run(args.memories, args.noise_tenants, args.queries, args.concurrency, args.top_k)
+    )
+    single, multi = r["latency_ms"], r["concurrent"]
+    print(
+        f"\nrecall over NATS, {r['memories']:,} memories in the tenant "
+        f"(+{r['noise_tenants']} noise tenants), top_k {r['top_k']}, loaded in {r['load_s']} s"
+    )
+    print(
+        f"  1 client : p50 {single['p50']:.2f} ms  p95 {single['p95']:.2f} ms  "
+        f"p99 {single['p99']:.2f} ms  {single['qps']:.0f} req/s"
+    )
+    print(
+        f"  {multi['clients']} clients: p50 {multi['p50']:.2f} ms  p95 {multi['p95']:.2f} ms  "
+        f"p99 {multi['p99']:.2f} ms  {multi['qps']:.0f} req/s"
+    )
+    if args.json:
+        print(json.dumps(r))
+    return 0
