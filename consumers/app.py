@@ -17,6 +17,8 @@ import nats
 from faststream import AckPolicy
 from faststream.nats import JStream, NatsBroker, PullSub
 from faststream.nats.annotations import NatsMessage
+from pydantic import ValidationError
+
 from memstream.consumers import topology
 from memstream.consumers.commands import CommandService
 from memstream.consumers.logs import log
@@ -31,7 +33,6 @@ from memstream.schemas.settings import Settings
 from memstream.schemas.subjects import STAGES, Subjects
 from memstream.storage.ports import Embedder, VectorIndex
 from memstream.storage.postgres import PgStore
-from pydantic import ValidationError
 
 RECONCILE_EVERY_S = 5.0
 

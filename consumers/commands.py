@@ -12,6 +12,8 @@ from collections.abc import Awaitable, Callable
 from datetime import datetime
 from typing import Any
 
+from pydantic import ValidationError
+
 from memstream.consumers.logs import log
 from memstream.consumers.recall import RecallService, error_reply
 from memstream.consumers.stages import Deps, _redact_candidate, point_for
@@ -35,7 +37,6 @@ from memstream.schemas.ids import derived_id
 from memstream.schemas.memory import Candidate, MemoryEvent, MemoryType, Owner, Scope
 from memstream.schemas.recall import RecallRequest
 from memstream.storage.postgres import OwnerFilter
-from pydantic import ValidationError
 
 
 class NotFound(Exception):

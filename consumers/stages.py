@@ -17,6 +17,9 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
+from nats.js import JetStreamContext
+from pydantic import BaseModel, ValidationError
+
 from memstream.consumers.logs import log
 from memstream.pipeline import dedupe, lifecycle
 from memstream.pipeline.extract import extract
@@ -34,8 +37,6 @@ from memstream.schemas.subjects import (
 )
 from memstream.storage.ports import Embedder, VectorFilter, VectorIndex, VectorPoint
 from memstream.storage.postgres import PgStore
-from nats.js import JetStreamContext
-from pydantic import BaseModel, ValidationError
 
 M = TypeVar("M", bound=BaseModel)
 

@@ -5,9 +5,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from memstream.schemas.errors import ConfigurationError
-from memstream.schemas.settings import Settings
-from memstream.schemas.subjects import STAGES, Subjects
 from nats.js import JetStreamContext
 from nats.js.api import (
     AckPolicy,
@@ -19,6 +16,10 @@ from nats.js.api import (
     StreamConfig,
 )
 from nats.js.errors import BadRequestError, NotFoundError
+
+from memstream.schemas.errors import ConfigurationError
+from memstream.schemas.settings import Settings
+from memstream.schemas.subjects import STAGES, Subjects
 
 DAY = 24 * 3600.0
 

@@ -33,15 +33,16 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import nats
+from nats.errors import Error as NatsError
+from nats.errors import NoRespondersError
+from nats.errors import TimeoutError as NatsTimeout
+from pydantic import ValidationError
+
 from memstream.schemas.errors import ErrorCode, ErrorReply
 from memstream.schemas.events import Message, MetaValue, Role, TurnEvent
 from memstream.schemas.memory import MemoryType, Scope
 from memstream.schemas.recall import Method, RecallReply, RecallRequest
 from memstream.schemas.subjects import MSG_ID_HEADER, Subjects
-from nats.errors import Error as NatsError
-from nats.errors import NoRespondersError
-from nats.errors import TimeoutError as NatsTimeout
-from pydantic import ValidationError
 
 __all__ = [
     "CommandError",

@@ -11,10 +11,11 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
 from memstream.schemas.events import Ident, MetaValue, OptIdent
 from memstream.schemas.memory import MemoryRecord, MemoryType, Scope
 from memstream.schemas.recall import RecallReply
-from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 
 class Caller(BaseModel):

@@ -6,8 +6,9 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Annotated, Literal
 
-from memstream.schemas.events import Ident, MetaValue, OptIdent
 from pydantic import BaseModel, ConfigDict, Field
+
+from memstream.schemas.events import Ident, MetaValue, OptIdent
 
 
 class MemoryType(StrEnum):

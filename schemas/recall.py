@@ -6,9 +6,10 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Annotated, Literal
 
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
 from memstream.schemas.events import Ident, MetaValue, OptIdent
 from memstream.schemas.memory import MemoryType, Scope
-from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 
 class Method(StrEnum):

@@ -17,6 +17,7 @@ from importlib import resources
 from typing import Any
 
 import asyncpg
+
 from memstream.schemas.errors import StorageUnavailable
 from memstream.schemas.memory import Candidate, MemoryRecord, MemoryType, Scope
 

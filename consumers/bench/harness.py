@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import nats
+
 from memstream.consumers.app import Worker
 from memstream.consumers.run import Stack, make_worker
 from memstream.consumers.topology import topology

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
 from memstream.consumers.app import Worker
 from memstream.consumers.run import make_vector_index
 from memstream.pipeline.redact import Redactor
@@ -88,6 +89,7 @@ async def running(
 async def _delete_streams(nats_url: str, settings: Settings) -> None:
     """Leave a shared server as it was: drop this test's streams."""
     import nats
+
     from memstream.schemas.subjects import Subjects
 
     nc = await nats.connect(nats_url)

@@ -7,6 +7,7 @@ from datetime import timedelta
 
 import nats
 import pytest
+
 from memstream.producers.client import CommandError
 from memstream.storage.postgres import OwnerFilter
 

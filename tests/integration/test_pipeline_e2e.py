@@ -8,6 +8,7 @@ import random
 
 import nats
 import pytest
+
 from memstream.schemas.subjects import DLQ_REASON_HEADER, DLQ_STAGE_HEADER
 
 pytestmark = pytest.mark.integration

@@ -1,6 +1,7 @@
 """Rule-based typed extraction."""
 
 import pytest
+
 from memstream.pipeline.extract import extract
 from memstream.pipeline.rules import RuleExtractor, fact_key
 from memstream.schemas.events import Message, Role, TurnEvent

@@ -2,6 +2,7 @@
 
 from hypothesis import given
 from hypothesis import strategies as st
+
 from memstream.schemas.subjects import Subjects, token, untoken
 
 
