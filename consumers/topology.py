@@ -36,6 +36,7 @@ def topology(settings: Settings) -> Topology:
         storage=StorageType.FILE,
         discard=DiscardPolicy.OLD,
         duplicate_window=settings.duplicate_window_s,
+        num_replicas=settings.stream_replicas,
     )
     streams = [
         StreamConfig(

@@ -43,6 +43,7 @@ class Settings(BaseSettings):
     sweep_every_s: float = 30.0
 
     stage: StageSettings = Field(default_factory=StageSettings)
+    stream_replicas: int = Field(default=1, ge=1, le=5)  # 3 in a production cluster
     turns_max_age_s: float = 7 * 24 * 3600  # raw turns carry PII: short retention
     duplicate_window_s: float = 120.0
     recall_timeout_s: float = 2.0
