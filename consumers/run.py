@@ -99,6 +99,19 @@ async def serve(settings: Settings, announce: bool) -> int:
     except ConfigurationError as exc:
         log.error("startup.failed", error=str(exc))
         return 2
+    ops = None
+    if settings.ops_port is not None:
+        from memstream.consumers.ops import serve_http
+
+        try:
+            ops = await serve_http(worker, settings.ops_host, settings.ops_port)
+        except OSError:  # port taken: a second worker on this host; take any free one
+            ops = await serve_http(worker, settings.ops_host, 0)
+    ops_url = (
+        f"http://{settings.ops_host}:{ops.sockets[0].getsockname()[1]}/metrics"
+        if ops
+        else "disabled"
+    )
     stack_file = settings.state_dir / STACK_FILE
     stack_file.write_text(json.dumps({"nats_url": stack.nats_url, "namespace": settings.namespace}))
     if announce:
@@ -120,6 +133,8 @@ async def serve(settings: Settings, announce: bool) -> int:
         loop.add_signal_handler(sig, stop.set)
     await stop.wait()
     print("stopping ...", flush=True)
+    if ops is not None:
+        ops.close()
     await worker.stop()
     await stack.close()
     with contextlib.suppress(OSError):

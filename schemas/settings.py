@@ -49,3 +49,5 @@ class Settings(BaseSettings):
     recall_timeout_s: float = 2.0
     rrf_k: int = 60
     log_level: str = "INFO"
+    ops_host: str = "127.0.0.1"
+    ops_port: int | None = 9464  # /metrics and /healthz; None disables, 0 picks a free port
