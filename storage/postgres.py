@@ -633,14 +633,14 @@ class PgStore:
             if agent == "*":
                 rows = await self._fetch(
                     "SELECT count(*) AS n FROM memories WHERE tenant = $1 "
-                    "AND created_at > $2 AND deleted_at IS NULL",
+                    "AND created_at >= $2 AND deleted_at IS NULL",
                     tenant,
                     ts,
                 )
             else:
                 rows = await self._fetch(
                     "SELECT count(*) AS n FROM memories WHERE tenant = $1 "
-                    "AND agent_id = $2 AND created_at > $3 "
+                    "AND agent_id = $2 AND created_at >= $3 "
                     "AND deleted_at IS NULL",
                     tenant,
                     agent,

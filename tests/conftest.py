@@ -15,6 +15,14 @@ import pytest
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _logging() -> None:
+    """Warnings and errors only: tests read outcomes, not logs."""
+    from memstream.consumers.logs import configure
+
+    configure("WARNING")
+
+
 @pytest.fixture(scope="session")
 def nats_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     if url := os.environ.get("MEMSTREAM_TEST_NATS_URL"):

@@ -16,9 +16,9 @@ pytestmark = pytest.mark.integration
 # (fact a user states, a paraphrased question about it), with a per-tenant variant value.
 FACTS = [
     (
-        "My sister {v} moved to Porto last spring and works as a nurse there.",
+        "My sister moved to {v} last spring and works as a nurse there.",
         "where did my sibling relocate to?",
-        ("Marta", "Ines"),
+        ("Porto", "Lyon"),
     ),
     (
         "I am allergic to {v}, so please never suggest recipes with it.",
@@ -32,7 +32,7 @@ FACTS = [
     ),
     (
         "I drive an old {v} that keeps breaking down on the highway.",
-        "what car do I own?",
+        "which vehicle do I drive?",
         ("Volvo", "Saab"),
     ),
     (

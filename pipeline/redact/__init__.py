@@ -1,0 +1,228 @@
+"""Redaction: replace personal data and secrets with typed, tenant-stable placeholders.
+
+    policy = RedactionPolicy()                      # which detectors, allow- and deny-lists
+    r = Redactor(key=b"per-deployment secret", policy=policy)
+    out = r.redact(text, tenant="t1")               # out.text, out.counts, out.spans
+
+A placeholder is ``[LABEL:xxxxxxxx]``: the label and the first 8 hex digits of
+HMAC-SHA256(key, tenant NUL normalised-value), so one value maps to one token within a tenant
+and to unrelated tokens across tenants. Placeholders are never detected again, and detection
+runs to a fixed point, so ``redact(redact(x).text) == redact(x)``. Text outside the reported
+spans is returned unchanged. All patterns run on RE2 (linear time); validators with a cost per
+candidate (phone numbers) have a budget past which they fail closed.
+
+Labels: EMAIL, PHONE, CREDIT_CARD, IBAN, IP_ADDRESS, US_SSN, NATIONAL_ID, PASSPORT,
+DRIVER_LICENSE, API_KEY, JWT, PRIVATE_KEY, PASSWORD, PERSON, ADDRESS, and DENY (or a custom
+label) for the deny-list. The redactor is pure: no I/O beyond reading its packaged rule file
+once, at construction.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+from collections import Counter
+from collections.abc import Iterable
+from typing import NamedTuple
+
+import re2
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from memstream.pipeline.redact import _assign, _cues, _pii, _secrets
+from memstream.pipeline.redact._core import P_DENY, Candidate, Detector, compile_re2, resolve
+from memstream.pipeline.redact._gitleaks import GitleaksRules
+
+__all__ = ["LABELS", "DenyPattern", "Redacted", "RedactionPolicy", "Redactor", "Span"]
+
+LABELS: frozenset[str] = frozenset(
+    ["EMAIL", "PHONE", "CREDIT_CARD", "IBAN", "IP_ADDRESS", "US_SSN", "NATIONAL_ID", "PASSPORT", "DRIVER_LICENSE", "API_KEY", "JWT", "PRIVATE_KEY", "PASSWORD", "PERSON", "ADDRESS"]
+)
+PLACEHOLDER = r"\[[A-Z][A-Z0-9_]{0,31}:[0-9a-f]{8}\]"
+_PLACEHOLDER = compile_re2(PLACEHOLDER)
+_MAX_ROUNDS = 4
+
+
+class DenyPattern(BaseModel):
+    """A term or RE2 pattern that is always redacted, under ``label``."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    pattern: str
+    regex: bool = False
+    ignore_case: bool = True
+    label: str = Field(default="DENY", pattern=r"^[A-Z][A-Z0-9_]{0,31}$")
+
+
+class RedactionPolicy(BaseModel):
+    """Per-tenant redaction configuration.
+
+    ``labels``: detectors to run (default: all of ``LABELS``). ``allow``: literal values that
+    are never redacted (compared after stripping, case-insensitively). ``deny``: terms and
+    patterns that are always redacted, whatever the detectors say.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    schema_version: int = 1
+    labels: frozenset[str] = LABELS
+    allow: frozenset[str] = frozenset()
+    deny: tuple[DenyPattern, ...] = ()
+
+    @field_validator("labels")
+    @classmethod
+    def _known(cls, value: frozenset[str]) -> frozenset[str]:
+        unknown = value - LABELS
+        if unknown:
+            raise ValueError(f"unknown labels: {sorted(unknown)}")
+        return value
+
+
+class Span(NamedTuple):
+    """A redacted range of the original text (end exclusive) and its label."""
+
+    start: int
+    end: int
+    label: str
+
+
+class Redacted(NamedTuple):
+    """The redacted text, counts by label, and the spans in the original text."""
+
+    text: str
+    counts: dict[str, int]
+    spans: list[Span]
+
+
+# Detectors by the labels they can produce; a detector runs if any of its labels is enabled.
+_DETECTORS: tuple[tuple[frozenset[str], Detector], ...] = (
+    (frozenset({"PRIVATE_KEY"}), _secrets.pem_blocks),
+    (frozenset({"PRIVATE_KEY"}), _secrets.encoded_keys),
+    (frozenset({"PRIVATE_KEY"}), _secrets.key_material),
+    (frozenset({"JWT"}), _secrets.jwts),
+    (frozenset({"PASSWORD"}), _secrets.url_credentials),
+    (frozenset({"PASSWORD", "API_KEY"}), _assign.assignments),
+    (frozenset({"EMAIL"}), _pii.emails),
+    (frozenset({"CREDIT_CARD"}), _pii.cards),
+    (frozenset({"IBAN"}), _pii.ibans),
+    (frozenset({"IP_ADDRESS"}), _pii.ips),
+    (frozenset({"US_SSN"}), _pii.ssns),
+    (frozenset({"NATIONAL_ID", "PASSPORT", "DRIVER_LICENSE"}), _pii.national_ids),
+    (frozenset({"PERSON"}), _cues.names),
+    (frozenset({"ADDRESS"}), _cues.addresses),
+)
+
+
+class Redactor:
+    """Compiled detectors for one policy. Immutable after construction; thread-safe."""
+
+    __slots__ = ("_allow", "_deny", "_detectors", "_key", "_labels", "gitleaks_skipped")
+
+    def __init__(self, key: bytes, policy: RedactionPolicy | None = None) -> None:
+        if not key:
+            raise ValueError("a non-empty key is required")
+        policy = policy or RedactionPolicy()
+        self._key = bytes(key)
+        self._labels = policy.labels
+        self._allow = frozenset(a.strip().lower() for a in policy.allow)
+        self._deny = tuple(
+            (compile_re2(_deny_regex(d)), d.label) for d in policy.deny if d.pattern
+        )
+        detectors: list[Detector] = [d for labels, d in _DETECTORS if labels & policy.labels]
+        if "PHONE" in policy.labels:
+            detectors.append(_pii.PhoneValidator())
+        self.gitleaks_skipped: dict[str, str] = {}
+        if "API_KEY" in policy.labels:
+            rules = GitleaksRules.load()
+            self.gitleaks_skipped = rules.skipped
+            detectors.append(rules)
+        self._detectors = tuple(detectors)
+
+    def __repr__(self) -> str:
+        return f"Redactor(labels={sorted(self._labels)}, key=<hidden>)"
+
+    def redact(self, text: str, tenant: str) -> Redacted:
+        """Replace every detected value with its placeholder; see the module docstring."""
+        spans: list[Span] = []  # in original coordinates, sorted, non-overlapping
+        current = text
+        for _ in range(_MAX_ROUNDS):
+            found = self._detect(current)
+            if not found:
+                break
+            spans = sorted(spans + _to_original(found, spans, text), key=lambda s: s.start)
+            current = self._render(text, spans, tenant)
+        counts = Counter(s.label for s in spans)
+        return Redacted(current, dict(counts), spans)
+
+    def _detect(self, text: str) -> list[Candidate]:
+        lower = text.lower()
+        protected = [(m.start(), m.end()) for m in _PLACEHOLDER.finditer(text)] if "[" in text else []
+        cands: list[Candidate] = []
+        for regex, label in self._deny:
+            cands.extend(Candidate(m.start(), m.end(), label, P_DENY) for m in regex.finditer(text))
+        for detector in self._detectors:
+            for c in detector(text, lower):
+                if c.label in self._labels or c.priority == P_DENY:
+                    cands.append(c)
+        out = []
+        for c in resolve(cands):
+            if any(c.start < pe and ps < c.end for ps, pe in protected):
+                continue
+            if self._allow and text[c.start : c.end].strip().lower() in self._allow:
+                continue
+            out.append(c)
+        return out
+
+    def _render(self, text: str, spans: list[Span], tenant: str) -> str:
+        parts: list[str] = []
+        pos = 0
+        for s in spans:
+            parts.append(text[pos : s.start])
+            parts.append(self.placeholder(s.label, text[s.start : s.end], tenant))
+            pos = s.end
+        parts.append(text[pos:])
+        return "".join(parts)
+
+    def placeholder(self, label: str, value: str, tenant: str) -> str:
+        """The token for ``value`` under ``label`` in ``tenant``."""
+        msg = tenant.encode() + b"\x00" + _normalise(label, value).encode()
+        digest = hmac.new(self._key, msg, hashlib.sha256).hexdigest()[:8]
+        return f"[{label}:{digest}]"
+
+
+def _deny_regex(d: DenyPattern) -> str:
+    body = d.pattern if d.regex else re2.escape(d.pattern)
+    return f"(?i:{body})" if d.ignore_case else body
+
+
+def _normalise(label: str, value: str) -> str:
+    """One spelling per value, so '+1 202-555-0143' and '(202) 555 0143' share a token."""
+    if label in {"PHONE", "CREDIT_CARD", "US_SSN"}:
+        digits = "".join(ch for ch in value if ch.isdigit())
+        return digits[-10:] if label == "PHONE" else digits
+    if label in {"EMAIL", "IBAN", "IP_ADDRESS"}:
+        return "".join(value.split()).lower()
+    return value
+
+
+def _to_original(found: Iterable[Candidate], done: list[Span], text: str) -> list[Span]:
+    """Map spans found in a rendered text (placeholders in place of ``done``) back to ``text``.
+
+    Found spans never overlap a placeholder, so each lies in original text shifted by the
+    length differences of the placeholders before it.
+    """
+    # rendered offset of each done span's placeholder = original start + shift so far
+    out: list[Span] = []
+    bounds: list[tuple[int, int, int]] = []  # (rendered start, rendered end, shift after)
+    shift = 0
+    for s in done:
+        rs = s.start + shift
+        length = 2 + len(s.label) + 1 + 8  # "[" label ":" 8 hex "]"
+        shift += length - (s.end - s.start)
+        bounds.append((rs, rs + length, shift))
+    for c in found:
+        before = 0
+        for rs, _re, sh in bounds:
+            if rs < c.start:
+                before = sh
+        out.append(Span(c.start - before, c.end - before, c.label))
+    return out
