@@ -13,7 +13,8 @@ def expires_at(c: Candidate, now: datetime, ttl_s: Mapping[str, float]) -> datet
     get their configured TTL from ``now``; other scopes keep no expiry."""
     if c.pinned:
         return None
-    if c.expires_at is not None:
-        return c.expires_at
+    explicit: datetime | None = c.expires_at
+    if explicit is not None:
+        return explicit
     ttl = ttl_s.get(c.scope.value)
     return now + timedelta(seconds=ttl) if ttl else None

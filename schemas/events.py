@@ -52,7 +52,7 @@ class TurnEvent(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    schema_version: Literal[1] = SCHEMA_VERSION
+    schema_version: Literal[1] = 1
     event_id: Ident = Field(default_factory=lambda: str(uuid.uuid4()))
     tenant: Ident
     app: OptIdent = None
