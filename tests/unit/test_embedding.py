@@ -124,7 +124,8 @@ def test_named_model_reads_files_from_path() -> None:
 
 
 def test_wheel_ships_the_model_files(tmp_path: Path) -> None:
-    """The built wheel holds the model files, and the embedder loads them from the wheel."""
+    """The built wheel holds the model, migrations and redaction rules, and the embedder loads
+    the model from the wheel."""
     src = tmp_path / "src"
     shutil.copytree(
         REPO,
@@ -156,6 +157,10 @@ def test_wheel_ships_the_model_files(tmp_path: Path) -> None:
     with zipfile.ZipFile(wheel) as zf:
         names = set(zf.namelist())
         assert {inside + f for f in MODEL_FILES} <= names
+        # every other run-time data file: SQL migrations, the vendored gitleaks rules
+        assert "memstream/storage/migrations/001_init.sql" in names
+        assert "memstream/storage/migrations/002_memory_model.sql" in names
+        assert "memstream/pipeline/redact/data/gitleaks.toml" in names
         zf.extractall(tmp_path / "installed", [n for n in names if n.startswith(inside)])
     packed = StaticEmbedder(tmp_path / "installed" / inside)
     assert packed.embed_query("dark mode") == StaticEmbedder().embed_query("dark mode")
