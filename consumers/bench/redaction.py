@@ -76,7 +76,8 @@ def score(records: list[dict[str, Any]], redactor: Redactor, show: int = 0) -> d
         if show:
             for s in out.spans:
                 if not any(in_gold[s.start : s.end]):
-                    fp = f"{text[max(0, s.start - 40) : s.start]!r} >> {text[s.start : s.end][:80]!r}"
+                    ctx = text[max(0, s.start - 40) : s.start]
+                    fp = f"{ctx!r} >> {text[s.start : s.end][:80]!r}"
                     misses.setdefault("FP:" + s.label, []).append(fp)
         if not rec["spans"]:
             negatives += 1
@@ -97,8 +98,12 @@ def messages(records: list[dict[str, Any]], size: int) -> list[str]:
     buf: list[str] = []
     n = 0
     for rec in records:
+        k = len(rec["text"].encode()) + 1
+        if buf and n + k > size * 1.1:
+            out.append("\n".join(buf))
+            buf, n = [], 0
         buf.append(rec["text"])
-        n += len(rec["text"].encode()) + 1
+        n += k
         if n >= size:
             out.append("\n".join(buf))
             buf, n = [], 0
@@ -133,12 +138,16 @@ def main(args: argparse.Namespace) -> int:
     build_s = time.perf_counter() - started
     result = score(records, redactor, args.show_misses)
     speed = throughput(messages(records, args.message_bytes), redactor, args.seconds)
-    print(f"\nRedaction on {args.data.name}: {len(records)} records, {result['negatives']} span-free")
+    print(
+        f"\nRedaction on {args.data.name}: {len(records)} records, {result['negatives']} span-free"
+    )
     print(f"{'label':<18}{'gold':>6}{'caught':>8}{'recall':>8}{'target':>8}")
     for label, v in sorted(result["labels"].items(), key=lambda kv: -kv[1]["gold"]):
         recall = v["caught"] / v["gold"] if v["gold"] else 0.0
         target = TARGETS.get(label)
-        mark = "" if target is None else f"{target:>8.2f}" + (" ok" if recall >= target else " MISS")
+        mark = (
+            "" if target is None else f"{target:>8.2f}" + (" ok" if recall >= target else " MISS")
+        )
         print(f"{label:<18}{v['gold']:>6}{v['caught']:>8}{recall:>8.3f}{mark}")
     print(f"character precision        {result['char_precision']:.4f}  (target 0.97)")
     print(
@@ -147,11 +156,14 @@ def main(args: argparse.Namespace) -> int:
         "target <= 0.02)"
     )
     print(
-        f"throughput                 {speed['msgs_per_s']:,.0f} msgs/s at {speed['avg_bytes']:,.0f} B"
+        f"throughput                 {speed['msgs_per_s']:,.0f} msgs/s"
+        f" at {speed['avg_bytes']:,.0f} B"
         f" ({speed['mb_per_s']:.2f} MB/s, single core; target >= 1,500)"
     )
-    print(f"redactor build             {build_s * 1000:.0f} ms, gitleaks rules skipped: "
-          f"{len(redactor.gitleaks_skipped)}")
+    print(
+        f"redactor build             {build_s * 1000:.0f} ms, gitleaks rules skipped: "
+        f"{len(redactor.gitleaks_skipped)}"
+    )
     print(f"redacted spans by label    {dict(sorted(result['found'].items()))}")
     for key, lines in sorted(result["misses"].items()):
         print(f"\n-- {key} ({len(lines)})")

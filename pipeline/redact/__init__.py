@@ -35,11 +35,28 @@ from memstream.pipeline.redact._gitleaks import GitleaksRules
 __all__ = ["LABELS", "DenyPattern", "Redacted", "RedactionPolicy", "Redactor", "Span"]
 
 LABELS: frozenset[str] = frozenset(
-    ["EMAIL", "PHONE", "CREDIT_CARD", "IBAN", "IP_ADDRESS", "US_SSN", "NATIONAL_ID", "PASSPORT", "DRIVER_LICENSE", "API_KEY", "JWT", "PRIVATE_KEY", "PASSWORD", "PERSON", "ADDRESS"]
+    [
+        "EMAIL",
+        "PHONE",
+        "CREDIT_CARD",
+        "IBAN",
+        "IP_ADDRESS",
+        "US_SSN",
+        "NATIONAL_ID",
+        "PASSPORT",
+        "DRIVER_LICENSE",
+        "API_KEY",
+        "JWT",
+        "PRIVATE_KEY",
+        "PASSWORD",
+        "PERSON",
+        "ADDRESS",
+    ]
 )
 PLACEHOLDER = r"\[[A-Z][A-Z0-9_]{0,31}:[0-9a-f]{8}\]"
 _PLACEHOLDER = compile_re2(PLACEHOLDER)
 _MAX_ROUNDS = 4
+_WINDOW = 160  # context any detector looks at around a value, in characters
 
 
 class DenyPattern(BaseModel):
@@ -99,6 +116,7 @@ _DETECTORS: tuple[tuple[frozenset[str], Detector], ...] = (
     (frozenset({"PRIVATE_KEY"}), _secrets.encoded_keys),
     (frozenset({"PRIVATE_KEY"}), _secrets.key_material),
     (frozenset({"JWT"}), _secrets.jwts),
+    (frozenset({"API_KEY"}), _secrets.random_tokens),
     (frozenset({"PASSWORD"}), _secrets.url_credentials),
     (frozenset({"PASSWORD", "API_KEY"}), _assign.assignments),
     (frozenset({"EMAIL"}), _pii.emails),
@@ -124,9 +142,7 @@ class Redactor:
         self._key = bytes(key)
         self._labels = policy.labels
         self._allow = frozenset(a.strip().lower() for a in policy.allow)
-        self._deny = tuple(
-            (compile_re2(_deny_regex(d)), d.label) for d in policy.deny if d.pattern
-        )
+        self._deny = tuple((compile_re2(_deny_regex(d)), d.label) for d in policy.deny if d.pattern)
         detectors: list[Detector] = [d for labels, d in _DETECTORS if labels & policy.labels]
         if "PHONE" in policy.labels:
             detectors.append(_pii.PhoneValidator())
@@ -142,20 +158,45 @@ class Redactor:
 
     def redact(self, text: str, tenant: str) -> Redacted:
         """Replace every detected value with its placeholder; see the module docstring."""
-        spans: list[Span] = []  # in original coordinates, sorted, non-overlapping
-        current = text
-        for _ in range(_MAX_ROUNDS):
-            found = self._detect(current)
-            if not found:
+        spans = [Span(c.start, c.end, c.label) for c in self._detect(text)]
+        current = self._render(text, spans, tenant) if spans else text
+        fresh = spans
+        for _ in range(_MAX_ROUNDS - 1):
+            # A replacement changes the context of its neighbours only: re-check the text
+            # around the new placeholders until nothing more is found (a fixed point, so
+            # redacting the output again changes nothing).
+            if not fresh:
                 break
-            spans = sorted(spans + _to_original(found, spans, text), key=lambda s: s.start)
-            current = self._render(text, spans, tenant)
+            found = self._detect_near(current, _rendered(fresh, spans))
+            fresh = _to_original(found, spans)
+            spans = sorted(spans + fresh, key=lambda s: s.start)
+            if fresh:
+                current = self._render(text, spans, tenant)
         counts = Counter(s.label for s in spans)
         return Redacted(current, dict(counts), spans)
 
+    def _detect_near(self, text: str, ranges: list[tuple[int, int]]) -> list[Candidate]:
+        windows: list[tuple[int, int]] = []
+        for s, e in ranges:
+            ws = text.rfind("\n", 0, max(0, s - _WINDOW)) + 1
+            we = text.find("\n", min(len(text), e + _WINDOW))
+            we = len(text) if we < 0 else we
+            if windows and ws <= windows[-1][1]:
+                windows[-1] = (windows[-1][0], max(we, windows[-1][1]))
+            else:
+                windows.append((ws, we))
+        out: list[Candidate] = []
+        for ws, we in windows:
+            out.extend(
+                c._replace(start=c.start + ws, end=c.end + ws) for c in self._detect(text[ws:we])
+            )
+        return out
+
     def _detect(self, text: str) -> list[Candidate]:
         lower = text.lower()
-        protected = [(m.start(), m.end()) for m in _PLACEHOLDER.finditer(text)] if "[" in text else []
+        protected = (
+            [(m.start(), m.end()) for m in _PLACEHOLDER.finditer(text)] if "[" in text else []
+        )
         cands: list[Candidate] = []
         for regex, label in self._deny:
             cands.extend(Candidate(m.start(), m.end(), label, P_DENY) for m in regex.finditer(text))
@@ -204,24 +245,35 @@ def _normalise(label: str, value: str) -> str:
     return value
 
 
-def _to_original(found: Iterable[Candidate], done: list[Span], text: str) -> list[Span]:
-    """Map spans found in a rendered text (placeholders in place of ``done``) back to ``text``.
+def _rendered(fresh: list[Span], spans: list[Span]) -> list[tuple[int, int]]:
+    """Offsets, in the rendered text, of the placeholders of ``fresh`` (a subset of spans)."""
+    wanted = set(fresh)
+    out: list[tuple[int, int]] = []
+    shift = 0
+    for s in spans:
+        length = len(s.label) + 11  # "[" label ":" 8 hex "]"
+        if s in wanted:
+            out.append((s.start + shift, s.start + shift + length))
+        shift += length - (s.end - s.start)
+    return out
+
+
+def _to_original(found: Iterable[Candidate], done: list[Span]) -> list[Span]:
+    """Map spans found in the rendered text (placeholders in place of ``done``) to the original.
 
     Found spans never overlap a placeholder, so each lies in original text shifted by the
     length differences of the placeholders before it.
     """
-    # rendered offset of each done span's placeholder = original start + shift so far
-    out: list[Span] = []
-    bounds: list[tuple[int, int, int]] = []  # (rendered start, rendered end, shift after)
+    bounds: list[tuple[int, int]] = []  # (rendered start of placeholder, total shift after it)
     shift = 0
     for s in done:
         rs = s.start + shift
-        length = 2 + len(s.label) + 1 + 8  # "[" label ":" 8 hex "]"
-        shift += length - (s.end - s.start)
-        bounds.append((rs, rs + length, shift))
+        shift += len(s.label) + 11 - (s.end - s.start)
+        bounds.append((rs, shift))
+    out: list[Span] = []
     for c in found:
         before = 0
-        for rs, _re, sh in bounds:
+        for rs, sh in bounds:
             if rs < c.start:
                 before = sh
         out.append(Span(c.start - before, c.end - before, c.label))

@@ -25,13 +25,20 @@ _QUOTED = (
     r"|&quot;([^&\n]{1,200})&quot;"
 )
 _UNQUOTED = r"([^\s'\"`]{1,200})"
-_OP = r"(?:\[\d*\])?[\"']?[ \t]*(?::=|=>|===|!==|==|!=|=|:|\s(?:is|was)\s)[ \t]*"
+_OP = r"(?:\[\d*\])?[\"']?[ \t]*(?::=|=>|===|!==|==|!=|=|:|,(?:[ \t]*\")|\s(?:is|was)\s)[ \t]*"
 
 _ASSIGN = compile_re2(r"(?i)" + _NAME + _OP + r"(?:" + _QUOTED + "|" + _UNQUOTED + ")")
 # "..." == password   /   secret("...")   /   secret.assign("...")   /   password "..."
 _REVERSED = compile_re2(r'(?i)"([^"\n]{1,200})"\s*(?:===|!==|==|!=)\s*' + _NAME)
 _CALL = compile_re2(
-    r"(?i)" + _NAME + r"(?:\.assign)?\(\s*(?:" + _QUOTED + r")|" + _NAME + r"[ \t]+(?:" + _QUOTED
+    r"(?i)"
+    + _NAME
+    + r"(?:\.assign)?\(\s*(?:"
+    + _QUOTED
+    + r")|"
+    + _NAME
+    + r"[ \t]+(?:"
+    + _QUOTED
     + r")[ \t]*[;,)]?[ \t]*$"
 )
 # CLI flags and SQL: --password=..., -p..., IDENTIFIED BY '...', PASSWORD '...'
@@ -52,14 +59,49 @@ _REFERENCE = compile_re2(
     r"|[a-z_]+(?:\.[a-z_]+)+(?:\(.*\))?|\w+\(.*\))$"
 )
 _STOP_VALUES = frozenset(
-    ["none", "null", "nil", "true", "false", "undefined", "string", "str", "password", "passwd", "secret", "token", "changeme", "change_me", "example", "required", "optional", "empty", "hidden", "dummy", "test", "sample", "placeholder", "incorrect", "invalid", "wrong", "correct", "missing", "expired", "same", "different", "yes", "no", "value"]
+    [
+        "none",
+        "null",
+        "nil",
+        "true",
+        "false",
+        "undefined",
+        "string",
+        "str",
+        "password",
+        "passwd",
+        "secret",
+        "token",
+        "changeme",
+        "change_me",
+        "example",
+        "required",
+        "optional",
+        "empty",
+        "hidden",
+        "dummy",
+        "test",
+        "sample",
+        "placeholder",
+        "incorrect",
+        "invalid",
+        "wrong",
+        "correct",
+        "missing",
+        "expired",
+        "same",
+        "different",
+        "yes",
+        "no",
+        "value",
+    ]
 )
 _STOP_PARTS = ("fake", "example", "dummy", "placeholder", "your_", "your-", "xxxx", "****")
 
 
 def assignments(text: str, lower: str) -> Iterator[Candidate]:
     for m in finditer(_ASSIGN, text):
-        name_start, name_end = m.span(1)
+        name_start = m.start(1)
         if name_start > 0 and (text[name_start - 1].isalnum()):
             continue
         name = m.group(1)
@@ -74,8 +116,11 @@ def assignments(text: str, lower: str) -> Iterator[Candidate]:
         else:
             s, e = m.span(6)
             s, e = _unquoted_extent(text, name_start, s, e)
-            if natural and not _strong(text[s:e]):
-                continue
+            if natural:
+                while e > s and text[e - 1] in ".,;:?)":
+                    e -= 1
+                if not _strong(text[s:e]):
+                    continue
             yield from _value(text, s, e, label, quoted=False)
     for m in finditer(_REVERSED, text):
         yield from _value(text, m.start(1), m.end(1), _label(m.group(2)), quoted=True)

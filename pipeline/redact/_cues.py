@@ -13,8 +13,12 @@ from collections.abc import Iterator
 
 from memstream.pipeline.redact._core import P_ADDRESS, P_PERSON, Candidate, compile_re2, finditer
 
-_TOK = r"\p{Lu}[\p{Ll}\p{Lu}'’\-]*\p{Ll}[\p{Ll}'’\-]*"
-_PART = r"(?:" + _TOK + r"|\p{Lu}\.?|(?:de|da|di|do|dos|van|von|der|den|del|la|le|du|bin|al|ten|ter|mc))"
+_TOK = r"\p{Lu}[\p{Ll}\p{Lu}'\x{2019}\-]*\p{Ll}[\p{Ll}'\x{2019}\-]*"
+_PART = (
+    r"(?:"
+    + _TOK
+    + r"|\p{Lu}\.?|(?:de|da|di|do|dos|van|von|der|den|del|la|le|du|bin|al|ten|ter|mc))"
+)
 _NAME = r"(" + _TOK + r"(?:[ \t]+" + _PART + r"){0,3})"
 
 _CUES = compile_re2(
@@ -39,9 +43,72 @@ _SIGNOFF = compile_re2(
     r"(?i:regards|best|cheers|thanks|thank you|sincerely|yours(?: truly)?|best wishes|love"
     r"|respectfully|warmly|take care)[ \t]*[,.!]?[ \t]*\n[ \t>]*" + _NAME + r"[ \t]*(?:\n|$)"
 )
-_ANSWER = compile_re2(r"(?i:what(?:'s| is) your name|name on the account)\??[ \t]*(?:\w+:)?[ \t]*" + _NAME)
+_ANSWER = compile_re2(
+    r"(?i:what(?:'s| is) your name|name on the account)\??[ \t]*(?:\w+:)?[ \t]*" + _NAME
+)
 _NOT_NAMES = frozenset(
-    ["I", "The", "A", "An", "It", "This", "That", "There", "Here", "Not", "Sorry", "Happy", "Glad", "Fine", "Good", "Great", "Okay", "Ok", "Yes", "No", "So", "Just", "Very", "Really", "Going", "Trying", "Looking", "Calling", "Writing", "Interested", "Available", "Sure", "Mr", "Mrs", "Ms", "Dr", "What", "When", "Where", "Who", "Why", "How", "Please", "Thanks", "Thank", "Hello", "Hi", "Dear", "All", "Team", "Everyone", "Sir", "Madam", "Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday"]
+    [
+        "I",
+        "The",
+        "A",
+        "An",
+        "It",
+        "This",
+        "That",
+        "There",
+        "Here",
+        "Not",
+        "Sorry",
+        "Happy",
+        "Glad",
+        "Fine",
+        "Good",
+        "Great",
+        "Okay",
+        "Ok",
+        "Yes",
+        "No",
+        "So",
+        "Just",
+        "Very",
+        "Really",
+        "Going",
+        "Trying",
+        "Looking",
+        "Calling",
+        "Writing",
+        "Interested",
+        "Available",
+        "Sure",
+        "Mr",
+        "Mrs",
+        "Ms",
+        "Dr",
+        "What",
+        "When",
+        "Where",
+        "Who",
+        "Why",
+        "How",
+        "Please",
+        "Thanks",
+        "Thank",
+        "Hello",
+        "Hi",
+        "Dear",
+        "All",
+        "Team",
+        "Everyone",
+        "Sir",
+        "Madam",
+        "Monday",
+        "Tuesday",
+        "Wednesday",
+        "Thursday",
+        "Friday",
+        "Saturday",
+        "Sunday",
+    ]
 )
 
 
@@ -57,12 +124,12 @@ def _name(text: str, s: int, e: int) -> Iterator[Candidate]:
     words = text[s:e].split()
     while words and (len(words[-1]) <= 2 or words[-1].islower()):
         words.pop()  # trailing initial or particle
-    if not words or words[0].strip("'’") in _NOT_NAMES:
+    if not words or words[0].strip("'\u2019") in _NOT_NAMES:
         return
     value = " ".join(words)
     if text[s : s + len(value)] != value:  # tabs or double spaces: keep the first word only
         value = words[0]
-    for suffix in ("'s", "’s"):
+    for suffix in ("'s", "\u2019s"):
         if value.endswith(suffix):
             value = value[: -len(suffix)]
     yield Candidate(s, s + len(value), "PERSON", P_PERSON)
@@ -87,11 +154,16 @@ _STREET_START = (
     r"(?:Rua|Via|Viale|Calle|Avenida|Av\.|Rue|Piazza|Corso|Camino|Travessa|Largo|Praça"
     r"|Carrer|Paseo|Plaza|Ulica|ul\.|Chaussée|Place|Vicolo|Strada|Rambla|Alameda)"
 )
-_W = r"[\p{Lu}\d][\p{L}\d'’.\-]*"
+_W = r"[\p{Lu}\d][\p{L}\d'\x{2019}.\-]*"
 _CORE = compile_re2(
     r"\b(?:\d{1,6}[A-Za-z]?[ \t]+(?:" + _W + r"[ \t]+){0,4}" + _SUFFIX + r"(?:[ \t]+\d{1,5}\b\.?)?"
-    r"|(?:\d{1,6}[ \t]+)?\p{Lu}[\p{L}'\-]*(?:[ \t](?:út|utca|ulica|gata|gade|vej|Str\.)|" + _STREET_END + ")" + r"[ \t]+\d{1,5}[A-Za-z]?\b\.?"
-    r"|(?:\d{1,6}[ \t]+)?(?:\d{1,3}[ \t]+)?" + _STREET_START + r"[ \t]+(?:[\p{L}'’.\-]+[ \t]+){0,5}"
+    r"|(?:\d{1,6}[ \t]+)?\p{Lu}[\p{L}'\-]*(?:[ \t](?:út|utca|ulica|gata|gade|vej|Str\.)|"
+    + _STREET_END
+    + ")"
+    + r"[ \t]+\d{1,5}[A-Za-z]?\b\.?"
+    r"|(?:\d{1,6}[ \t]+)?(?:\d{1,3}[ \t]+)?"
+    + _STREET_START
+    + r"[ \t]+(?:[\p{L}'\x{2019}.\-]+[ \t]+){0,5}"
     r"\d{1,5}[A-Za-z]?\b"
     r"|(?i:p\.?[ \t]?o\.?[ \t]*box|psc|unit)[ \t]+\d{1,6}(?:,?[ \t]*(?i:box)[ \t]+\d{1,6})?"
     r"|(?:USNS|USS|USNV|USCGC)[ \t]+\p{Lu}\p{L}+)"
@@ -100,9 +172,10 @@ _UNIT = compile_re2(
     r"^[ \t]*,?[ \t\n>]*(?:Apt\.?|Apartment|Suite|Ste\.?|Unit|Flat|Floor|Fl\.?|#)[ \t]*[\w\-]{1,6}"
 )
 _TAIL_PART = compile_re2(
-    r"^(?:\p{Lu}[\p{L}'’.\-]*(?:[ \t]+(?:\p{Lu}[\p{L}'’.\-()]*|\(\p{L}+\))){0,3}"
+    r"^(?:\p{Lu}[\p{L}'\x{2019}.\-]*(?:[ \t]+(?:\p{Lu}[\p{L}'\x{2019}.\-()]*|\(\p{L}+\))){0,3}"
     r"(?:[ \t]+\d{4,6}(?:-\d{4})?)?"
-    r"|[A-Z]{2}(?:[ \t]+\d{5}(?:-\d{4})?)?|\d{4,6}(?:-\d{4})?|(?:APO|FPO|DPO)[ \t]+A[AEP][ \t]+\d{5}"
+    r"|[A-Z]{2}(?:[ \t]+\d{5}(?:-\d{4})?)?|\d{4,6}(?:-\d{4})?"
+    r"|(?:APO|FPO|DPO)[ \t]+A[AEP][ \t]+\d{5}"
     r"|nan(?:[ \t]+\d{4,6})?)\b"
 )
 

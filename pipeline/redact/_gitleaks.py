@@ -65,8 +65,8 @@ class GitleaksRules:
     def load(cls, text: str | None = None) -> GitleaksRules:
         """Parse the TOML (default: the packaged ``data/gitleaks.toml``) and compile it."""
         if text is None:
-            text = (resources.files("memstream.pipeline.redact") / "data" / "gitleaks.toml")
-            text = text.read_text(encoding="utf-8")
+            data = resources.files("memstream.pipeline.redact") / "data" / "gitleaks.toml"
+            text = data.read_text(encoding="utf-8")
         doc: dict[str, Any] = tomllib.loads(text)
         out = cls()
         glob = doc.get("allowlist", {})
@@ -152,7 +152,15 @@ class GitleaksRules:
                 return
             if any(w in low for w in allow.stopwords):
                 return
+        if _prose(secret):
+            return
         yield Candidate(start, end, "API_KEY", P_TOKEN)
+
+
+def _prose(secret: str) -> bool:
+    from memstream.pipeline.redact._secrets import encoded_text
+
+    return bool(encoded_text(secret))
 
 
 def _compile_all(patterns: list[str], strict: bool = False) -> Iterator[Pattern]:

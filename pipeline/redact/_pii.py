@@ -36,6 +36,10 @@ def emails(text: str, lower: str) -> Iterator[Candidate]:
         s = m.start()
         if s > 0 and (text[s - 1].isalnum() or text[s - 1] in "._%+-"):
             continue  # a fragment of a longer local part that the pattern bounded
+        if s > 0 and text[s - 1] == ":":
+            scheme = text.rfind("://", max(0, s - 120), s)
+            if scheme >= 0 and not any(ch.isspace() for ch in text[scheme:s]):
+                continue  # user:password@host in a URL, not an address
         yield Candidate(s, m.end(), "EMAIL", P_VALIDATED)
 
 
@@ -136,12 +140,14 @@ _PHONE = compile_re2(
     r"(?:\+|\b00|\(|\b)\d[\d\-. /()]{5,22}\d(?:\s?(?:x|ext\.?|extension)\s?\d{1,6})?\b"
 )
 _DATE_LIKE = compile_re2(
-    r"^(?:\d{4}[-./]\d{1,2}[-./]\d{1,2}|\d{1,2}[-./]\d{1,2}[-./]\d{2,4}|\d{1,2}:\d{2}(?::\d{2})?)"
+    r"^(?:\d{4}[-./](?:0?[1-9]|1[0-2])[-./](?:0?[1-9]|[12]\d|3[01])"
+    r"|(?:0?[1-9]|[12]\d|3[01])[-./](?:0?[1-9]|[12]\d|3[01])[-./](?:\d{2}|\d{4}))$"
 )
 _NANP = compile_re2(r"^\(?[2-9]\d{2}\)?[ .\-]?[2-9]\d{2}[ .\-]\d{4}$")
 _PHONE_CUES = (
     "phone", "mobile", "cell", "tel", "fax", "call", "desk", "office", "whatsapp", "sms",
     "text me", "dial", "contact", "reach me", "number", "answering", "ring", "landline", "mob",
+    "messag", "registered",
 )  # fmt: skip
 # National numbers are tried against these regions, most permissive and most common first
 # (Germany's plan accepts many lengths). International numbers need no region.
@@ -172,7 +178,7 @@ class PhoneValidator:
             digits = sum(ch.isdigit() for ch in value)
             if not 7 <= digits <= 15 or _DATE_LIKE.search(value) or value.count(".") == 3:
                 continue
-            if _digit_neighbour(text, s, e) or (s > 0 and text[s - 1] in "+$€£.,"):
+            if _digit_neighbour(text, s, e) or (s > 0 and text[s - 1] in "+$€£"):
                 continue
             window = lower[max(0, s - 40) : s] + " " + lower[e : e + 20]
             cue = any(c in window for c in _PHONE_CUES)
@@ -189,7 +195,7 @@ class PhoneValidator:
 
 def _valid_phone(value: str, cue: bool) -> bool:
     grouped = any(ch in value for ch in " -.()/")
-    if cue and (grouped or value.startswith("+")):
+    if cue and (grouped or value.startswith("+") or sum(ch.isdigit() for ch in value) >= 9):
         # a cue word next to a grouped number is enough: national formats the metadata does
         # not know (short local numbers) are still phone numbers
         return True
@@ -203,7 +209,9 @@ def _valid_phone(value: str, cue: bool) -> bool:
             parsed = phonenumbers.parse(number, region)
         except phonenumbers.NumberParseException:
             continue
-        if phonenumbers.is_valid_number(parsed) or (cue and phonenumbers.is_possible_number(parsed)):
+        if phonenumbers.is_valid_number(parsed) or (
+            cue and phonenumbers.is_possible_number(parsed)
+        ):
             return True
         if intl:
             return False

@@ -19,6 +19,7 @@ from memstream.pipeline.redact._core import (
     Candidate,
     compile_re2,
     finditer,
+    shannon_entropy,
 )
 
 # ---- private keys -----------------------------------------------------------------------------
@@ -117,3 +118,99 @@ def url_credentials(text: str, lower: str) -> Iterator[Candidate]:
         value = m.group(2)
         if not _placeholder(value):
             yield Candidate(m.start(2), m.end(2), "PASSWORD", P_CREDENTIAL)
+
+
+# ---- random-looking tokens ---------------------------------------------------------------------
+_TOKEN = compile_re2(r"[A-Za-z0-9][A-Za-z0-9_\-+/=.~%|]{15,300}")
+_WORDISH = compile_re2(r"[A-Z]?[a-z]{4,}|[A-Z]{5,}")
+_DATA_URI = compile_re2(r"data:[\w/+.\-]{1,40};base64,[A-Za-z0-9+/=\s]*")
+_SEGMENT = compile_re2(r"[^/=&?]+")
+_DIGEST = compile_re2(r"(?i)(?:sha\d*|md5|digest|commit|hash)[:= ]$")
+_AWS = compile_re2(r"\b(?:AKIA|ASIA|ABIA|ACCA|A3T[A-Z0-9])[A-Z0-9]{16}\b")
+P_RANDOM = P_CREDENTIAL - 5
+
+
+def random_tokens(text: str, lower: str) -> Iterator[Candidate]:
+    """Unlabelled credentials: long tokens that mix letters and digits with high entropy.
+
+    Most provider tokens are ``prefix_`` + 20-60 random characters; what separates them from
+    words, identifiers, paths and URLs is randomness: several character classes, high Shannon
+    entropy, and little of the token made of word-like letter runs. Base64 that decodes to
+    plain text, and data URIs, are content rather than keys.
+    """
+    for m in finditer(_AWS, text):
+        yield Candidate(m.start(), m.end(), "API_KEY", P_TOKEN)
+    data_uris = [m.span() for m in finditer(_DATA_URI, text)] if "base64," in lower else []
+    for m in finditer(_TOKEN, text):
+        s, e = m.span()
+        if any(ds <= s < de for ds, de in data_uris):
+            continue
+        while e > s and text[e - 1] in ".,|":
+            e -= 1
+        value = text[s:e]
+        if len(value) < 16 or _digest(text, s, value):
+            continue
+        if not _url_or_path(text, s, value) and _looks_random(value):
+            if not _encoded_text(value):
+                yield Candidate(s, e, "API_KEY", P_RANDOM)
+            continue
+        # a path or URL: its segments can still be tokens (".../token/<secret>")
+        for seg in finditer(_SEGMENT, value):
+            piece = seg.group() or ""
+            ok = len(piece) >= 16 and "." not in piece and _looks_random(piece)
+            if ok and not _encoded_text(piece):
+                yield Candidate(s + seg.start(), s + seg.end(), "API_KEY", P_RANDOM)
+
+
+def _digest(text: str, s: int, value: str) -> bool:
+    """Content hashes labelled as such (``sha256:<hex>``) identify data; they are not keys."""
+    hexlike = all(ch in "0123456789abcdef" for ch in value.lower())
+    return hexlike and _DIGEST.search(text[max(0, s - 8) : s]) is not None
+
+
+def _url_or_path(text: str, s: int, value: str) -> bool:
+    before = text[max(0, s - 8) : s].lower()
+    if before.endswith(("://", "base64,", "@", "www.")) or value.startswith(("/", "www.")):
+        return True
+    if "=" in value.rstrip("=") or "&" in value:
+        return True  # query string: judge its parts
+    low = value.lower()
+    return any(t in low for t in (".com", ".org", ".net", ".html", ".php", ".js", ".py"))
+
+
+def _looks_random(value: str) -> bool:
+    digits = sum(ch.isdigit() for ch in value)
+    uppers = sum(ch.isupper() for ch in value)
+    lowers = sum(ch.islower() for ch in value)
+    if not digits or not (uppers or lowers):
+        return False
+    classes = (digits > 0) + (uppers > 0) + (lowers > 0)
+    entropy = shannon_entropy(value)
+    if entropy < (3.0 if len(value) < 24 else 3.3) or (classes < 3 and entropy < 3.3):
+        return False
+    wordish = sum(
+        len(w) for w in (m.group() or "" for m in finditer(_WORDISH, value)) if _vowelly(w)
+    )
+    return wordish * 2 < len(value)
+
+
+def _vowelly(run: str) -> bool:
+    """Letter runs of real words have vowels; random letters mostly do not."""
+    return sum(ch in "aeiouAEIOU" for ch in run) * 10 >= 3 * len(run)
+
+
+def encoded_text(value: str) -> bool:
+    return _encoded_text(value)
+
+
+def _encoded_text(value: str) -> bool:
+    """True for base64 that decodes to mostly printable text with spaces (prose, not a key)."""
+    core = value.rstrip("=")
+    if len(core) < 24 or not core.replace("+", "").replace("/", "").isalnum():
+        return False
+    try:
+        raw = base64.b64decode(core + "=" * (-len(core) % 4))
+    except (binascii.Error, ValueError):
+        return False
+    printable = sum(32 <= b < 127 for b in raw)
+    return raw.count(b" ") >= 2 and printable >= 0.95 * len(raw)
