@@ -19,11 +19,11 @@ from faststream.nats import JStream, NatsBroker, PullSub
 from faststream.nats.annotations import NatsMessage
 from pydantic import ValidationError
 
-from memstream.consumers import topology
+from memstream.consumers import indexing, topology
 from memstream.consumers.commands import CommandService
 from memstream.consumers.logs import log
 from memstream.consumers.recall import RecallService, error_reply
-from memstream.consumers.stages import STAGE_WORK, Deps, StageRunner, point_from_record
+from memstream.consumers.stages import STAGE_WORK, Deps, StageRunner
 from memstream.pipeline.redact import Redactor
 from memstream.schemas.commands import VERBS
 from memstream.schemas.errors import ErrorCode, MemstreamError
@@ -74,7 +74,7 @@ class Worker:
             self.redactor,
             clock=self.pg.clock,
         )
-        self.recall = RecallService(self.pg, self.vectors, self.embedder, self.settings.rrf_k)
+        self.recall = RecallService(self.pg, self.vectors, self.embedder)
         self.commands = CommandService(self.deps, self.recall)
         self.broker = NatsBroker(
             self.nats_url,
@@ -140,14 +140,10 @@ class Worker:
     async def reconcile_once(self) -> int:
         """Index memories kept in Postgres while the vector index was down."""
         pending = await self.pg.unindexed()
-        if not pending:
-            return 0
-        vectors = self.embedder.embed([m.content for m in pending])
-        points = [point_from_record(m, v) for m, v in zip(pending, vectors, strict=True)]
-        await self.vectors.upsert(points)
-        await self.pg.mark_indexed([m.id for m in pending])
-        log.info("reconcile.indexed", count=len(points))
-        return len(points)
+        if pending:
+            await indexing.index(self.pg, self.vectors, self.embedder, pending)
+            log.info("reconcile.indexed", count=len(pending))
+        return len(pending)
 
     async def sweep_once(self) -> int:
         """Purge expired memories from Postgres and the vector index; emit ``expired``."""

@@ -16,7 +16,7 @@ from pydantic import ValidationError
 
 from memstream.consumers.logs import log
 from memstream.consumers.recall import RecallService, error_reply
-from memstream.consumers.stages import Deps, _redact_candidate, point_for
+from memstream.consumers.stages import Deps, _redact_candidate
 from memstream.pipeline import dedupe, lifecycle
 from memstream.schemas.commands import (
     VERBS,
@@ -122,17 +122,16 @@ class CommandService:
         )
 
     async def _index(self, memory_id: str, c: Candidate) -> None:
-        vector = self.deps.embedder.embed([c.content])[0]
-        await self.deps.vectors.upsert([point_for(memory_id, c, vector)])
-        await self.deps.pg.mark_indexed([memory_id])
+        await self.deps.reindex(c.owner.tenant, [memory_id])
 
     # --- verbs ------------------------------------------------------------------------------
 
     async def remember(self, r: RememberRequest) -> Reply:
         """An explicit write: redacted, deduplicated and indexed like any memory."""
         now = self.deps.clock()
+        cid = derived_id(r.tenant, r.user or "", r.agent or "", r.content, "remember")
         c = Candidate(
-            candidate_id=derived_id(r.tenant, r.user or "", r.agent or "", r.content, "remember"),
+            candidate_id=cid,
             owner=Owner(tenant=r.tenant, user=r.user, agent=r.agent),
             session=r.session,
             type=r.type,
@@ -141,9 +140,10 @@ class CommandService:
             salience=1.0,
             confidence=1.0,
             importance=r.importance,
-            source_event_id=f"remember:{now.isoformat()}",
+            source_event_id=f"remember:{cid}",
             occurred_at=now,
             metadata=r.metadata,
+            tags=list(r.tags),
             pinned=r.pinned,
             expires_at=r.expires_at,
         )
@@ -185,10 +185,7 @@ class CommandService:
         if m is None:
             raise NotFound("no such memory")
         # a pinned memory never expires: the vector index follows
-        vector = self.deps.embedder.embed([m.content])[0]
-        from memstream.consumers.stages import point_from_record
-
-        await self.deps.vectors.upsert([point_from_record(m, vector)])
+        await self.deps.reindex(r.tenant, [m.id])
         await self._emit(
             "pinned" if pinned else "unpinned",
             r.tenant,

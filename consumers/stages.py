@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, TypeVar
@@ -20,13 +20,15 @@ from typing import Any, TypeVar
 from nats.js import JetStreamContext
 from pydantic import BaseModel, ValidationError
 
+from memstream.consumers import indexing
 from memstream.consumers.logs import log
 from memstream.pipeline import dedupe, lifecycle
 from memstream.pipeline.extract import extract
+from memstream.pipeline.lexical import dated
 from memstream.pipeline.redact import Redactor
 from memstream.schemas.errors import InvalidMessage, PermanentError, TransientError
 from memstream.schemas.events import TurnEvent
-from memstream.schemas.memory import Candidate, MemoryEvent, MemoryRecord, Owner
+from memstream.schemas.memory import Candidate, MemoryEvent, Owner
 from memstream.schemas.settings import Settings
 from memstream.schemas.subjects import (
     DLQ_REASON_HEADER,
@@ -35,8 +37,8 @@ from memstream.schemas.subjects import (
     MSG_ID_HEADER,
     Subjects,
 )
-from memstream.storage.ports import Embedder, VectorFilter, VectorIndex, VectorPoint
-from memstream.storage.postgres import PgStore
+from memstream.storage.ports import Embedder, VectorFilter, VectorIndex
+from memstream.storage.postgres import OwnerFilter, PgStore
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -76,6 +78,12 @@ class Deps:
     redactor: Redactor
     metrics: dict[str, StageMetrics] = field(default_factory=dict)
     clock: Callable[[], datetime] = field(default=lambda: datetime.now(UTC))
+
+    async def reindex(self, tenant: str, ids: Sequence[str]) -> None:
+        """(Re)build the index points of memories from their Postgres rows (after a store,
+        merge, pin ...): idempotent."""
+        rows = await self.pg.get_many(OwnerFilter(tenant=tenant), list(ids))
+        await indexing.index(self.pg, self.vectors, self.embedder, list(rows.values()))
 
     async def emit(self, event: MemoryEvent, cause: str) -> None:
         """Publish a memory event on ``mem.events.<tenant>`` (deduplicated by cause)."""
@@ -209,8 +217,9 @@ async def dedupe_work(deps: Deps, body: bytes) -> int:
     keyed = dedupe.key(c)
     if await deps.pg.exists(c.owner.tenant, keyed.memory_id):
         await deps.pg.upsert(keyed.memory_id, keyed.content_hash, c)  # merge the source event
+        await deps.reindex(c.owner.tenant, [keyed.memory_id])
         return 0
-    vector = deps.embedder.embed_query(c.content)
+    vector = deps.embedder.embed_query(dated(c.content, c.occurred_at))
     flt = VectorFilter(
         tenant=c.owner.tenant,
         user=c.owner.user,
@@ -218,12 +227,15 @@ async def dedupe_work(deps: Deps, body: bytes) -> int:
         types=(c.type,),
         now=deps.clock().timestamp(),
     )
+    neighbours = await deps.vectors.search(vector, flt, 3, with_records=True)
     similar = dedupe.near_duplicate(
-        await deps.vectors.search(vector, flt, 3),
+        c.content,
+        [(mid, s, str(r.get("text", ""))) for mid, s, r in neighbours],
         keyed.memory_id,
         deps.settings.near_duplicate_similarity,
     )
     if similar is not None and await deps.pg.merge(c.owner.tenant, similar, c.source_event_id):
+        await deps.reindex(c.owner.tenant, [similar])
         await deps.emit(
             MemoryEvent(
                 kind="merged",
@@ -240,36 +252,6 @@ async def dedupe_work(deps: Deps, body: bytes) -> int:
     return 1
 
 
-def point_for(memory_id: str, c: Candidate, vector: list[float]) -> VectorPoint:
-    return VectorPoint(
-        id=memory_id,
-        vector=vector,
-        tenant=c.owner.tenant,
-        user=c.owner.user,
-        agent=c.owner.agent,
-        session=c.session,
-        type=c.type,
-        scope=c.scope,
-        occurred_at=c.occurred_at.timestamp(),
-        expires_at=c.expires_at.timestamp() if c.expires_at and not c.pinned else None,
-    )
-
-
-def point_from_record(m: MemoryRecord, vector: list[float]) -> VectorPoint:
-    return VectorPoint(
-        id=m.id,
-        vector=vector,
-        tenant=m.tenant,
-        user=m.user,
-        agent=m.agent,
-        session=m.session,
-        type=m.type,
-        scope=m.scope,
-        occurred_at=m.occurred_at.timestamp(),
-        expires_at=m.expires_at.timestamp() if m.expires_at and not m.pinned else None,
-    )
-
-
 async def store_work(deps: Deps, body: bytes) -> int:
     c = decode(Candidate, body)
     if not c.redacted:
@@ -280,12 +262,9 @@ async def store_work(deps: Deps, body: bytes) -> int:
     keyed = dedupe.key(c)
     inserted = await deps.pg.upsert(keyed.memory_id, keyed.content_hash, c)
     try:
-        vector = deps.embedder.embed([c.content])[0]
-        await deps.vectors.upsert([point_for(keyed.memory_id, c, vector)])
+        await deps.reindex(c.owner.tenant, [keyed.memory_id])
     except TransientError as exc:  # kept in Postgres, not indexed: the reconciler retries
         log.warning("store.vector_deferred", memory_id=keyed.memory_id, reason=str(exc))
-    else:
-        await deps.pg.mark_indexed([keyed.memory_id])
     kind = "stored" if inserted else "merged"
     event = MemoryEvent(
         kind=kind,

@@ -62,6 +62,7 @@ def extract(event: TurnEvent, extractor: Extractor | None = None) -> list[Candid
             source_event_id=event.event_id,
             occurred_at=event.occurred_at,
             metadata=dict(event.metadata),
+            tags=list(event.tags),
         ),
         *typed,
     ]

@@ -13,7 +13,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from memstream.schemas.events import Ident, MetaValue, OptIdent
+from memstream.schemas.events import Ident, MetaValue, OptIdent, Tag
 from memstream.schemas.memory import MemoryRecord, MemoryType, Scope
 from memstream.schemas.recall import RecallReply
 
@@ -42,6 +42,7 @@ class RememberRequest(Caller):
     importance: Annotated[float, Field(ge=0, le=1)] = 0.5
     expires_at: datetime | None = None
     metadata: dict[str, MetaValue] = Field(default_factory=dict)
+    tags: Annotated[list[Tag], Field(max_length=32)] = Field(default_factory=list)
 
 
 class IdRequest(Caller):

@@ -16,6 +16,7 @@ SCHEMA_VERSION = 1
 Ident = Annotated[str, StringConstraints(min_length=1, max_length=200)]
 OptIdent = Annotated[str, StringConstraints(min_length=1, max_length=200)] | None
 MetaValue = str | int | float | bool | None
+Tag = Annotated[str, StringConstraints(min_length=1, max_length=64)]
 
 
 class Role(StrEnum):
@@ -63,6 +64,7 @@ class TurnEvent(BaseModel):
     turn_id: OptIdent = None
     messages: Annotated[list[Message], Field(min_length=1, max_length=1000)]
     metadata: dict[str, MetaValue] = Field(default_factory=dict)
+    tags: Annotated[list[Tag], Field(max_length=32)] = Field(default_factory=list)
     occurred_at: datetime = Field(default_factory=lambda: datetime.now(UTC))
 
     @field_validator("occurred_at")

@@ -76,6 +76,7 @@ class Candidate(BaseModel):
     redacted: bool = False
     pinned: bool = False
     expires_at: datetime | None = None
+    tags: list[str] = Field(default_factory=list)
 
 
 class MemoryRecord(BaseModel):
@@ -112,6 +113,7 @@ class MemoryRecord(BaseModel):
     valid_from: datetime | None = None
     valid_to: datetime | None = None
     superseded_by: str | None = None
+    tags: list[str] = Field(default_factory=list)
 
 
 class MemoryEvent(BaseModel):

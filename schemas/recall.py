@@ -8,7 +8,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from memstream.schemas.events import Ident, MetaValue, OptIdent
+from memstream.schemas.events import Ident, MetaValue, OptIdent, Tag
 from memstream.schemas.memory import MemoryType, Scope
 
 
@@ -18,9 +18,21 @@ class Method(StrEnum):
     HYBRID = "hybrid"
 
 
+class Context(StrEnum):
+    """Which of the owner's memories to search."""
+
+    ALL = "all"  # everything of the owner
+    SESSION = "session"  # only the request's session
+    RESOURCES = "resources"  # shared knowledge: project and global scopes
+
+
+MAX_HITS = 100  # top_k = -1 returns every hit above the threshold, at most this many
+
+
 class RecallRequest(BaseModel):
-    """What an agent asks. The server adds the tenant and owner filters; the
-    caller can narrow them (types, scopes, session) but never widen them."""
+    """What an agent asks. The server adds the tenant and owner filters; the caller can
+    narrow them (types, scopes, session, time range, tags) but never widen them: every filter
+    is AND-ed with the owner scope."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -30,17 +42,31 @@ class RecallRequest(BaseModel):
     agent: OptIdent = None
     session: OptIdent = None
     query: Annotated[str, Field(min_length=1, max_length=10_000)]
-    top_k: Annotated[int, Field(ge=1, le=100)] = 10
+    top_k: Annotated[int, Field(ge=-1, le=MAX_HITS)] = 10  # -1: all above the threshold
     method: Method = Method.HYBRID
+    context: Context = Context.ALL
     types: list[MemoryType] = Field(default_factory=list)
     scopes: list[Scope] = Field(default_factory=list)
-    score_threshold: Annotated[float, Field(ge=0.0, le=1.0)] = 0.0
+    tags: Annotated[list[Tag], Field(max_length=32)] = Field(default_factory=list)
+    occurred_from: datetime | None = None
+    occurred_to: datetime | None = None
+    score_threshold: Annotated[float, Field(ge=0.0, le=1.0)] = 0.0  # the "radius"
+    token_budget: Annotated[int, Field(ge=1)] | None = None  # trim hits to fit ~this many tokens
+    cache: bool = True  # use the shared query cache
 
     @model_validator(mode="after")
     def _owner(self) -> RecallRequest:
         if not (self.user or self.agent):
             raise ValueError("recall needs an owner: user and/or agent")
+        if self.top_k == 0:
+            raise ValueError("top_k must be 1..100, or -1 for every hit above the threshold")
+        if self.context is Context.SESSION and not self.session:
+            raise ValueError("context 'session' needs a session")
         return self
+
+    @property
+    def limit(self) -> int:
+        return MAX_HITS if self.top_k == -1 else self.top_k
 
 
 class Hit(BaseModel):
@@ -58,6 +84,8 @@ class Hit(BaseModel):
     metadata: dict[str, MetaValue] = Field(default_factory=dict)
     occurred_at: datetime
     created_at: datetime
+    pinned: bool = False
+    tags: list[str] = Field(default_factory=list)
 
 
 class RecallReply(BaseModel):
@@ -69,4 +97,6 @@ class RecallReply(BaseModel):
     method: Method
     # Legs that failed and were left out (e.g. ["vector"]); empty when all answered.
     degraded: list[str] = Field(default_factory=list)
+    cached: bool = False
+    truncated: bool = False  # hits were dropped to fit the token budget
     timings_ms: dict[str, float] = Field(default_factory=dict)

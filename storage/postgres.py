@@ -44,6 +44,9 @@ class OwnerFilter:
     types: Sequence[MemoryType] = ()
     scopes: Sequence[Scope] = ()
     exclude_agent: str | None = None  # peer_query_any: every agent but this one
+    occurred_from: datetime | None = None
+    occurred_to: datetime | None = None
+    tags: Sequence[str] = ()  # every one of these
 
 
 Clock = Callable[[], datetime]
@@ -90,6 +93,15 @@ def _where(flt: OwnerFilter, args: list[Any], now: datetime, live: bool = True) 
     if flt.scopes:
         args.append([s.value for s in flt.scopes])
         parts.append(f"scope = ANY(${len(args)}::text[])")
+    if flt.occurred_from is not None:
+        args.append(flt.occurred_from)
+        parts.append(f"occurred_at >= ${len(args)}")
+    if flt.occurred_to is not None:
+        args.append(flt.occurred_to)
+        parts.append(f"occurred_at <= ${len(args)}")
+    if flt.tags:
+        args.append(list(flt.tags))
+        parts.append(f"tags @> ${len(args)}::text[]")
     return " AND ".join(parts)
 
 
@@ -129,6 +141,7 @@ def _record(row: asyncpg.Record) -> MemoryRecord:
         valid_from=row["valid_from"],
         valid_to=row["valid_to"],
         superseded_by=str(row["superseded_by"]) if row["superseded_by"] else None,
+        tags=list(row["tags"]),
     )
 
 
@@ -136,7 +149,7 @@ _COLUMNS = (
     "id, tenant, user_id, agent_id, app, project, session, scope, type, content, content_hash, "
     "salience, confidence, importance, pinned, access_count, source_event_ids, metadata, "
     "occurred_at, created_at, updated_at, expires_at, deleted_at, indexed, last_accessed_at, "
-    "fact_key, valid_from, valid_to, superseded_by"
+    "fact_key, valid_from, valid_to, superseded_by, tags"
 )
 
 
@@ -218,9 +231,9 @@ class PgStore:
         sql = """
         INSERT INTO memories (id, tenant, user_id, agent_id, app, project, session, scope, type,
             content, content_hash, salience, confidence, importance, source_event_ids, metadata,
-            redactions, occurred_at, pinned, expires_at, fact_key, created_at, updated_at)
+            redactions, occurred_at, pinned, expires_at, fact_key, created_at, updated_at, tags)
         VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,ARRAY[$15::text],$16::jsonb,
-                $17::jsonb,$18,$19,$20,$21,$22,$22)
+                $17::jsonb,$18,$19,$20,$21,$22,$22,$23::text[])
         ON CONFLICT (id) DO UPDATE SET
             source_event_ids = CASE WHEN $15 = ANY(memories.source_event_ids)
                 THEN memories.source_event_ids ELSE memories.source_event_ids || $15::text END,
@@ -254,6 +267,7 @@ class PgStore:
             c.expires_at,
             key if isinstance(key, str) else None,
             self.clock(),
+            list(c.tags),
         )
         try:
             async with self._pool.acquire() as con, con.transaction():
@@ -399,6 +413,24 @@ class PgStore:
                 {"source_event_id": source_event_id, "near_duplicate": True},
             )
         return True
+
+    async def session_context(self, m: MemoryRecord, turns: int = 2) -> list[str]:
+        """The contents of the episodes stored just before ``m`` in its session (oldest
+        first): the earlier-turn context of the keyword leg."""
+        rows = await self._fetch(
+            "SELECT content FROM memories WHERE tenant = $1 AND session = $2 AND type = 'episode' "
+            "AND user_id IS NOT DISTINCT FROM $3 AND agent_id IS NOT DISTINCT FROM $4 "
+            "AND (created_at, id) < ($5, $6) AND deleted_at IS NULL "
+            "ORDER BY created_at DESC, id DESC LIMIT $7",
+            m.tenant,
+            m.session,
+            m.user,
+            m.agent,
+            m.created_at,
+            uuid.UUID(m.id),
+            turns,
+        )
+        return [r["content"] for r in reversed(rows)]
 
     async def mark_indexed(self, ids: Sequence[str]) -> None:
         await self._fetch(

@@ -15,10 +15,11 @@ import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from memstream.consumers import indexing
 from memstream.consumers.bench.harness import bench_stack, percentile, progress
-from memstream.consumers.stages import point_for
 from memstream.pipeline import dedupe
 from memstream.schemas.memory import Candidate, MemoryType, Owner
+from memstream.storage.postgres import OwnerFilter
 
 WORDS = [
     "alpha",
@@ -192,10 +193,8 @@ async def load(bench: Any, tenant: str, n: int, rng: random.Random, label: str) 
         ]
         keyed = [dedupe.key(c) for c in cands]
         await pg.bulk_insert([(k.memory_id, k.content_hash, k.candidate) for k in keyed])
-        vecs = embedder.embed([c.content for c in cands])
-        await vectors.upsert(
-            [point_for(k.memory_id, k.candidate, v) for k, v in zip(keyed, vecs, strict=True)]
-        )
+        rows = await pg.get_many(OwnerFilter(tenant=tenant), [k.memory_id for k in keyed])
+        await indexing.index(pg, vectors, embedder, [rows[k.memory_id] for k in keyed])
         progress(label, min(n, offset + 2000), n, started)
 
 

@@ -1,0 +1,86 @@
+"""What the vector index holds for a memory: a dense vector and BM25 weights of its dated
+text (episodes also carry the two earlier turns of their session as light context), and the
+record recall answers from, so the hot path needs no Postgres read."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+from memstream.pipeline.lexical import dated, document_vector
+from memstream.schemas.memory import MemoryRecord, MemoryType
+from memstream.schemas.recall import Hit
+from memstream.storage.ports import Embedder, VectorIndex, VectorPoint
+from memstream.storage.postgres import PgStore
+
+
+def record_of(m: MemoryRecord) -> dict[str, Any]:
+    """The fields a recall hit shows (JSON-able)."""
+    return {
+        "id": m.id,
+        "text": m.content,
+        "type": m.type.value,
+        "scope": m.scope.value,
+        "session": m.session,
+        "user": m.user,
+        "agent": m.agent,
+        "source_event_ids": list(m.source_event_ids),
+        "metadata": dict(m.metadata),
+        "occurred_at": m.occurred_at.isoformat(),
+        "created_at": m.created_at.isoformat(),
+        "pinned": m.pinned,
+        "tags": list(m.tags),
+    }
+
+
+def hit_of(record: Mapping[str, Any], score: float) -> Hit:
+    return Hit(
+        id=record["id"],
+        text=record["text"],
+        type=record["type"],
+        scope=record["scope"],
+        score=round(score, 6),
+        session=record["session"],
+        user=record.get("user"),
+        agent=record.get("agent"),
+        source_event_ids=record.get("source_event_ids", []),
+        metadata=record.get("metadata", {}),
+        occurred_at=datetime.fromisoformat(record["occurred_at"]),
+        created_at=datetime.fromisoformat(record["created_at"]),
+        pinned=record.get("pinned", False),
+        tags=record.get("tags", []),
+    )
+
+
+def point(m: MemoryRecord, vector: list[float], context: Sequence[str]) -> VectorPoint:
+    return VectorPoint(
+        id=m.id,
+        vector=vector,
+        tenant=m.tenant,
+        user=m.user,
+        agent=m.agent,
+        session=m.session,
+        type=m.type,
+        scope=m.scope,
+        occurred_at=m.occurred_at.timestamp(),
+        expires_at=m.expires_at.timestamp() if m.expires_at and not m.pinned else None,
+        sparse=document_vector(dated(m.content, m.occurred_at), context),
+        record=record_of(m),
+        pinned=m.pinned,
+        tags=tuple(m.tags),
+    )
+
+
+async def index(
+    pg: PgStore, vectors: VectorIndex, embedder: Embedder, memories: Sequence[MemoryRecord]
+) -> None:
+    """Embed and upsert memories (idempotent), then mark them indexed in Postgres."""
+    if not memories:
+        return
+    contexts = [
+        await pg.session_context(m) if m.type is MemoryType.EPISODE else [] for m in memories
+    ]
+    vecs = embedder.embed([dated(m.content, m.occurred_at) for m in memories])
+    await vectors.upsert([point(m, v, c) for m, v, c in zip(memories, vecs, contexts, strict=True)])
+    await pg.mark_indexed([m.id for m in memories])
