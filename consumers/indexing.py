@@ -73,11 +73,28 @@ def point(m: MemoryRecord, vector: list[float], context: Sequence[str]) -> Vecto
 
 
 async def index(
-    pg: PgStore, vectors: VectorIndex, embedder: Embedder, memories: Sequence[MemoryRecord]
+    pg: PgStore,
+    vectors: VectorIndex,
+    embedder: Embedder,
+    memories: Sequence[MemoryRecord],
+    followers: bool = False,
 ) -> None:
-    """Embed and upsert memories (idempotent), then mark them indexed in Postgres."""
+    """Embed and upsert memories (idempotent), then mark them indexed in Postgres.
+
+    ``followers``: also re-index the episodes that come right after each one in its session,
+    whose keyword context includes it (turns can reach the store stage out of order)."""
     if not memories:
         return
+    if followers:
+        seen = {m.id for m in memories}
+        extra: list[MemoryRecord] = []
+        for m in memories:
+            if m.type is MemoryType.EPISODE:
+                for f in await pg.session_followers(m):
+                    if f.id not in seen and f.indexed:
+                        seen.add(f.id)
+                        extra.append(f)
+        memories = [*memories, *extra]
     contexts = [
         await pg.session_context(m) if m.type is MemoryType.EPISODE else [] for m in memories
     ]

@@ -79,11 +79,13 @@ class Deps:
     metrics: dict[str, StageMetrics] = field(default_factory=dict)
     clock: Callable[[], datetime] = field(default=lambda: datetime.now(UTC))
 
-    async def reindex(self, tenant: str, ids: Sequence[str]) -> None:
+    async def reindex(self, tenant: str, ids: Sequence[str], followers: bool = False) -> None:
         """(Re)build the index points of memories from their Postgres rows (after a store,
         merge, pin ...): idempotent."""
         rows = await self.pg.get_many(OwnerFilter(tenant=tenant), list(ids))
-        await indexing.index(self.pg, self.vectors, self.embedder, list(rows.values()))
+        await indexing.index(
+            self.pg, self.vectors, self.embedder, list(rows.values()), followers=followers
+        )
 
     async def emit(self, event: MemoryEvent, cause: str) -> None:
         """Publish a memory event on ``mem.events.<tenant>`` (deduplicated by cause)."""
@@ -262,7 +264,7 @@ async def store_work(deps: Deps, body: bytes) -> int:
     keyed = dedupe.key(c)
     inserted = await deps.pg.upsert(keyed.memory_id, keyed.content_hash, c)
     try:
-        await deps.reindex(c.owner.tenant, [keyed.memory_id])
+        await deps.reindex(c.owner.tenant, [keyed.memory_id], followers=inserted)
     except TransientError as exc:  # kept in Postgres, not indexed: the reconciler retries
         log.warning("store.vector_deferred", memory_id=keyed.memory_id, reason=str(exc))
     kind = "stored" if inserted else "merged"

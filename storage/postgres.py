@@ -29,6 +29,8 @@ _TRANSIENT = (
     asyncpg.exceptions.CannotConnectNowError,
     asyncpg.exceptions.TooManyConnectionsError,
     asyncpg.exceptions.InterfaceError,
+    asyncpg.exceptions.DeadlockDetectedError,  # concurrent merges of one memory: retry
+    asyncpg.exceptions.SerializationError,
     TimeoutError,
 )
 
@@ -415,22 +417,42 @@ class PgStore:
         return True
 
     async def session_context(self, m: MemoryRecord, turns: int = 2) -> list[str]:
-        """The contents of the episodes stored just before ``m`` in its session (oldest
-        first): the earlier-turn context of the keyword leg."""
+        """The contents of the episodes right before ``m`` in its session (by occurrence, then
+        arrival; oldest first): the earlier-turn context of the keyword leg."""
         rows = await self._fetch(
             "SELECT content FROM memories WHERE tenant = $1 AND session = $2 AND type = 'episode' "
             "AND user_id IS NOT DISTINCT FROM $3 AND agent_id IS NOT DISTINCT FROM $4 "
-            "AND (created_at, id) < ($5, $6) AND deleted_at IS NULL "
-            "ORDER BY created_at DESC, id DESC LIMIT $7",
+            "AND (occurred_at, created_at, id) < ($5, $6, $7) AND deleted_at IS NULL "
+            "ORDER BY occurred_at DESC, created_at DESC, id DESC LIMIT $8",
             m.tenant,
             m.session,
             m.user,
             m.agent,
+            m.occurred_at,
             m.created_at,
             uuid.UUID(m.id),
             turns,
         )
         return [r["content"] for r in reversed(rows)]
+
+    async def session_followers(self, m: MemoryRecord, turns: int = 2) -> list[MemoryRecord]:
+        """The episodes right after ``m`` in its session: their context includes ``m``, so
+        they are re-indexed when ``m`` arrives late (stages may reorder turns)."""
+        rows = await self._fetch(
+            f"SELECT {_COLUMNS} FROM memories WHERE tenant = $1 AND session = $2 "
+            "AND type = 'episode' AND user_id IS NOT DISTINCT FROM $3 "
+            "AND agent_id IS NOT DISTINCT FROM $4 AND (occurred_at, created_at, id) > ($5, $6, $7) "
+            "AND deleted_at IS NULL ORDER BY occurred_at, created_at, id LIMIT $8",
+            m.tenant,
+            m.session,
+            m.user,
+            m.agent,
+            m.occurred_at,
+            m.created_at,
+            uuid.UUID(m.id),
+            turns,
+        )
+        return [_record(r) for r in rows]
 
     async def mark_indexed(self, ids: Sequence[str]) -> None:
         await self._fetch(

@@ -16,6 +16,7 @@ from pathlib import Path
 import nats
 
 from memstream.consumers.app import Worker
+from memstream.consumers.logs import configure as configure_logging
 from memstream.consumers.run import Stack, make_worker
 from memstream.consumers.topology import topology
 from memstream.producers.client import MemoryClient
@@ -70,6 +71,7 @@ class Bench:
 @contextlib.asynccontextmanager
 async def bench_stack(keep: bool = False) -> AsyncIterator[Bench]:
     """Start (or connect to) the services, run the workers, clean up after."""
+    configure_logging("WARNING")  # the benchmark prints its own progress and results
     base = Settings()
     namespace = f"bench{uuid.uuid4().hex[:8]}"
     with tempfile.TemporaryDirectory(prefix="memstream-bench-") as tmp:

@@ -17,7 +17,7 @@ import re
 import time
 from collections import defaultdict
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -69,10 +69,16 @@ def load(path: Path) -> tuple[list[Turn], list[Question]]:
             if not re.fullmatch(r"session_\d+", key) or not isinstance(value, list):
                 continue
             at = parse_date(c[f"{key}_date_time"])
-            for t in value:
+            for position, t in enumerate(value):
                 dia = normalise_evidence([t["dia_id"]])[0]
                 known.add(dia)
-                turns.append(Turn(conv, dia, t["speaker"], t.get("text", ""), key, at))
+                text = t.get("text", "")
+                if t.get("blip_caption"):  # what the agent saw: part of the message
+                    text = f"{text} [shared a photo: {t['blip_caption']}]"
+                # the session date is the event time; turns keep their order a second apart
+                turns.append(
+                    Turn(conv, dia, t["speaker"], text, key, at + timedelta(seconds=position))
+                )
         for qa in sample.get("qa", []):
             cat = int(qa.get("category", 0))
             if cat not in CATEGORIES:
@@ -120,10 +126,12 @@ async def run(path: Path, concurrency: int, method: str) -> dict[str, Any]:
         for conv in sorted({t.conv for t in turns}):
             clients[conv] = await bench.client(TENANT, user=conv).connect()
         started = time.perf_counter()
-        sem = asyncio.Semaphore(256)
+        done = 0
 
-        async def publish(t: Turn) -> None:
-            async with sem:
+        async def publish_conversation(conv_turns: list[Turn]) -> None:
+            # in order, as an agent would: each turn after the previous one's PubAck
+            nonlocal done
+            for t in conv_turns:
                 await clients[t.conv].publish_turn(
                     [{"role": "user", "content": t.text, "sender": t.speaker}],
                     session=t.session,
@@ -131,13 +139,13 @@ async def run(path: Path, concurrency: int, method: str) -> dict[str, Any]:
                     occurred_at=t.at,
                     metadata={"dia_id": t.dia_id},
                 )
+                done += 1
+                if done % 250 == 0 or done == len(turns):
+                    progress("published", done, len(turns), started)
 
-        done = 0
-        for batch_start in range(0, len(turns), 500):
-            batch = turns[batch_start : batch_start + 500]
-            await asyncio.gather(*(publish(t) for t in batch))
-            done += len(batch)
-            progress("published", done, len(turns), started)
+        await asyncio.gather(
+            *(publish_conversation([t for t in turns if t.conv == conv]) for conv in clients)
+        )
         await bench.wait_drained()
         ingest_s = time.perf_counter() - started
         print(f"  ingested {len(turns)} turns in {ingest_s:.1f} s", flush=True)
