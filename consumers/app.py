@@ -20,6 +20,7 @@ from faststream.nats.annotations import NatsMessage
 from pydantic import ValidationError
 
 from memstream.consumers import indexing, topology
+from memstream.consumers.cache import RecallCache
 from memstream.consumers.commands import CommandService
 from memstream.consumers.logs import log
 from memstream.consumers.recall import RecallService, error_reply
@@ -58,12 +59,17 @@ class Worker:
     commands: CommandService = field(init=False)
     _nc: Any = field(init=False, default=None)
     _reconciler: asyncio.Task[None] | None = field(init=False, default=None)
+    _tasks: set[asyncio.Task[Any]] = field(init=False, default_factory=set)
 
     async def start(self) -> None:
         s = Subjects(self.settings.namespace)
         self._nc = await nats.connect(self.nats_url, name="memstream-worker-control")
         js = self._nc.jetstream()
         topo = await topology.apply(js, self.settings)
+        cache = None
+        if self.settings.recall_cache_ttl_s:
+            cache = RecallCache(js, f"{s.stream('recall_cache')}", self.settings.recall_cache_ttl_s)
+            await cache.start()
         self.deps = Deps(
             self.settings,
             s,
@@ -73,6 +79,7 @@ class Worker:
             self.embedder,
             self.redactor,
             clock=self.pg.clock,
+            cache=cache,
         )
         self.recall = RecallService(self.pg, self.vectors, self.embedder)
         self.commands = CommandService(self.deps, self.recall)
@@ -125,17 +132,28 @@ class Worker:
         except ValidationError as exc:
             self.recall.failed += 1
             return error_reply(ErrorCode.BAD_REQUEST, f"invalid recall request: {_sanitized(exc)}")
+        cache = self.deps.cache if req.cache else None
+        if cache is not None and (cached := await cache.get(req)) is not None:
+            self.recall.served += 1
+            return cached
         try:
             reply = await self.recall.recall(req)
         except MemstreamError:
             self.recall.failed += 1
             return error_reply(ErrorCode.UNAVAILABLE, "recall is unavailable: no store answered")
-        except Exception:
+        except Exception:  # noqa: BLE001 - the recall responder's one catch-all: the agent gets a code, never a traceback
             self.recall.failed += 1
             log.exception("recall.error", tenant=req.tenant)
             return error_reply(ErrorCode.INTERNAL, "recall failed inside the server")
         self.recall.served += 1
+        if cache is not None and not reply.degraded:
+            self._spawn(cache.put(req, reply))
         return reply.model_dump_json().encode()
+
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     async def reconcile_once(self) -> int:
         """Index memories kept in Postgres while the vector index was down."""
@@ -149,15 +167,20 @@ class Worker:
         """Purge expired memories from Postgres and the vector index; emit ``expired``."""
         removed = await self.pg.purge_expired()
         by_tenant: dict[str, list[str]] = {}
-        for tenant, mid in removed:
+        for tenant, mid, _, _ in removed:
             by_tenant.setdefault(tenant, []).append(mid)
         for tenant, ids in by_tenant.items():
             await self.vectors.delete(tenant, ids)
-            for mid in ids:
-                await self.deps.emit(
-                    MemoryEvent(kind="expired", tenant=tenant, memory_id=mid, at=self.deps.clock()),
-                    "sweeper",
-                )
+        for tenant, mid, user, agent in removed:
+            event = MemoryEvent(
+                kind="expired",
+                tenant=tenant,
+                user=user,
+                agent=agent,
+                memory_id=mid,
+                at=self.deps.clock(),
+            )
+            await self.deps.emit(event, "sweeper")
         if removed:
             log.info("sweep.expired", count=len(removed))
         return len(removed)
@@ -181,5 +204,9 @@ class Worker:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._reconciler
         await self.broker.stop()
+        if self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self.deps.cache is not None:
+            await self.deps.cache.stop()
         if self._nc is not None:
             await self._nc.drain()

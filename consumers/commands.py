@@ -89,7 +89,7 @@ class CommandService:
             return error_reply(
                 ErrorCode.UNAVAILABLE, f"{verb} is unavailable: a store did not answer"
             )
-        except Exception:
+        except Exception:  # noqa: BLE001 - the command responder's one catch-all: a code, never a traceback
             log.exception("command.error", verb=verb, tenant=req.tenant)
             return error_reply(ErrorCode.INTERNAL, f"{verb} failed inside the server")
         log.info(
@@ -103,16 +103,20 @@ class CommandService:
     async def _emit(
         self,
         kind: str,
-        tenant: str,
+        r: Caller,
         memory_id: str | None,
         cause: str,
         type_: MemoryType | None = None,
         **detail: Any,
     ) -> None:
+        """Publish what happened on mem.events.<tenant> (this also invalidates the owner's
+        cached recall queries)."""
         await self.deps.emit(
             MemoryEvent(
                 kind=kind,
-                tenant=tenant,
+                tenant=r.tenant,
+                user=r.user,
+                agent=r.agent,
                 memory_id=memory_id,
                 type=type_,
                 at=self.deps.clock(),
@@ -157,7 +161,7 @@ class CommandService:
             await self.deps.pg.set_pinned(OwnerFilter(tenant=r.tenant), k.memory_id, True)
         await self._index(k.memory_id, c)
         await self._emit(
-            "stored" if inserted else "merged", r.tenant, k.memory_id, c.source_event_id, c.type
+            "stored" if inserted else "merged", r, k.memory_id, c.source_event_id, c.type
         )
         return Reply(memory=await self.deps.pg.get(owner_filter(r), k.memory_id))
 
@@ -188,7 +192,7 @@ class CommandService:
         await self.deps.reindex(r.tenant, [m.id])
         await self._emit(
             "pinned" if pinned else "unpinned",
-            r.tenant,
+            r,
             r.id,
             self.deps.clock().isoformat(),
             m.type,
@@ -206,7 +210,7 @@ class CommandService:
         if not await self.deps.pg.tombstone(owner_filter(r), r.id):
             raise NotFound("no such memory")
         await self.deps.vectors.delete(r.tenant, [r.id])
-        await self._emit("forgotten", r.tenant, r.id, "tombstone")
+        await self._emit("forgotten", r, r.id, "tombstone")
         return Reply(counts={"memories": 1})
 
     async def forget_owner(self, r: ForgetOwnerRequest) -> Reply:
@@ -217,7 +221,7 @@ class CommandService:
         turns = await self._purge_turns(r)
         await self._emit(
             "erased",
-            r.tenant,
+            r,
             None,
             f"{r.user}:{r.agent}:{r.session}:{time.time()}",
             memories=len(ids),
@@ -268,9 +272,9 @@ class CommandService:
         old = await self.deps.pg.put_fact(mid, dedupe.key(c).content_hash, c, key, valid_from)
         if old is not None:
             await self.deps.vectors.delete(r.tenant, [old.id])
-            await self._emit("superseded", r.tenant, old.id, mid, MemoryType.FACT, by=mid)
+            await self._emit("superseded", r, old.id, mid, MemoryType.FACT, by=mid)
         await self._index(mid, c)
-        await self._emit("stored", r.tenant, mid, c.source_event_id, MemoryType.FACT, fact_key=key)
+        await self._emit("stored", r, mid, c.source_event_id, MemoryType.FACT, fact_key=key)
         return Reply(
             memory=await self.deps.pg.get(flt, mid), detail={"superseded": old.id if old else None}
         )
@@ -305,7 +309,7 @@ class CommandService:
         )
         await self._emit(
             "memory_off" if off else "memory_on",
-            r.tenant,
+            r,
             None,
             f"{owner.key}:{r.session}:{time.time()}",
             session=r.session,

@@ -21,6 +21,7 @@ from nats.js import JetStreamContext
 from pydantic import BaseModel, ValidationError
 
 from memstream.consumers import indexing
+from memstream.consumers.cache import RecallCache
 from memstream.consumers.logs import log
 from memstream.pipeline import dedupe, lifecycle
 from memstream.pipeline.extract import extract
@@ -78,6 +79,7 @@ class Deps:
     redactor: Redactor
     metrics: dict[str, StageMetrics] = field(default_factory=dict)
     clock: Callable[[], datetime] = field(default=lambda: datetime.now(UTC))
+    cache: RecallCache | None = None
 
     async def reindex(self, tenant: str, ids: Sequence[str], followers: bool = False) -> None:
         """(Re)build the index points of memories from their Postgres rows (after a store,
@@ -88,7 +90,10 @@ class Deps:
         )
 
     async def emit(self, event: MemoryEvent, cause: str) -> None:
-        """Publish a memory event on ``mem.events.<tenant>`` (deduplicated by cause)."""
+        """Publish a memory event on ``mem.events.<tenant>`` (deduplicated by cause) and
+        invalidate the owner's cached recall queries."""
+        if self.cache is not None:
+            await self.cache.bump(event.tenant, event.user, event.agent)
         await self.publish(
             self.subjects.events(event.tenant),
             event,
@@ -123,7 +128,7 @@ class StageRunner:
             await self._dead_letter(msg, str(exc))
         except TransientError as exc:
             await self._retry(msg, delivered, f"{type(exc).__name__}: {exc}")
-        except Exception as exc:  # the one catch-all: unknown failures retry, then dead-letter
+        except Exception as exc:  # noqa: BLE001 - the stage middleware's one catch-all: retry, then dead-letter
             await self._retry(msg, delivered, f"unexpected {type(exc).__name__}")
             log.exception("stage.error", stage=self.name, subject=raw.subject)
         else:
@@ -220,6 +225,19 @@ async def dedupe_work(deps: Deps, body: bytes) -> int:
     if await deps.pg.exists(c.owner.tenant, keyed.memory_id):
         await deps.pg.upsert(keyed.memory_id, keyed.content_hash, c)  # merge the source event
         await deps.reindex(c.owner.tenant, [keyed.memory_id])
+        await deps.emit(
+            MemoryEvent(
+                kind="merged",
+                tenant=c.owner.tenant,
+                user=c.owner.user,
+                agent=c.owner.agent,
+                memory_id=keyed.memory_id,
+                type=c.type,
+                source_event_id=c.source_event_id,
+                at=deps.clock(),
+            ),
+            c.source_event_id,
+        )
         return 0
     vector = deps.embedder.embed_query(dated(c.content, c.occurred_at))
     flt = VectorFilter(
@@ -242,6 +260,8 @@ async def dedupe_work(deps: Deps, body: bytes) -> int:
             MemoryEvent(
                 kind="merged",
                 tenant=c.owner.tenant,
+                user=c.owner.user,
+                agent=c.owner.agent,
                 memory_id=similar,
                 type=c.type,
                 source_event_id=c.source_event_id,
@@ -271,6 +291,8 @@ async def store_work(deps: Deps, body: bytes) -> int:
     event = MemoryEvent(
         kind=kind,
         tenant=c.owner.tenant,
+        user=c.owner.user,
+        agent=c.owner.agent,
         memory_id=keyed.memory_id,
         type=c.type,
         source_event_id=c.source_event_id,

@@ -125,6 +125,8 @@ class MemoryEvent(BaseModel):
     kind: str  # stored, merged, forgotten, erased, expired, pinned, unpinned, superseded ...
     tenant: str
     memory_id: str | None = None
+    user: str | None = None  # the owner (ids only, never content)
+    agent: str | None = None
     type: MemoryType | None = None
     source_event_id: str | None = None
     at: datetime

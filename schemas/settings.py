@@ -47,7 +47,7 @@ class Settings(BaseSettings):
     turns_max_age_s: float = 7 * 24 * 3600  # raw turns carry PII: short retention
     duplicate_window_s: float = 120.0
     recall_timeout_s: float = 2.0
-    rrf_k: int = 60
+    recall_cache_ttl_s: float | None = 30.0  # None disables the shared query cache
     log_level: str = "INFO"
     ops_host: str = "127.0.0.1"
     ops_port: int | None = 9464  # /metrics and /healthz; None disables, 0 picks a free port

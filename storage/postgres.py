@@ -729,15 +729,18 @@ class PgStore:
         )
         return bool(rows)
 
-    async def purge_expired(self, limit: int = 1000) -> list[tuple[str, str]]:
-        """Delete memories past expires_at (pinned ones never expire); (tenant, id) removed."""
+    async def purge_expired(
+        self, limit: int = 1000
+    ) -> list[tuple[str, str, str | None, str | None]]:
+        """Delete memories past expires_at (pinned ones never expire); returns
+        (tenant, id, user, agent) of each removed."""
         async with self._pool.acquire() as con, con.transaction():
             rows = await con.fetch(
                 "DELETE FROM memories WHERE id IN (SELECT id FROM memories WHERE expires_at <= $1 "
-                "AND NOT pinned LIMIT $2) RETURNING tenant, id",
+                "AND NOT pinned LIMIT $2) RETURNING tenant, id, user_id, agent_id",
                 self.clock(),
                 limit,
             )
             for r in rows:
                 await self._event(con, r["tenant"], str(r["id"]), "expired", "sweeper", {})
-        return [(r["tenant"], str(r["id"])) for r in rows]
+        return [(r["tenant"], str(r["id"]), r["user_id"], r["agent_id"]) for r in rows]
