@@ -41,7 +41,7 @@ from pydantic import ValidationError
 from memstream.schemas.commands import VERBS, CommandReply
 from memstream.schemas.errors import ErrorCode, ErrorReply
 from memstream.schemas.events import Message, MetaValue, Role, TurnEvent
-from memstream.schemas.memory import MemoryRecord, MemoryType, Scope
+from memstream.schemas.memory import MemoryRecord
 from memstream.schemas.recall import Method, RecallReply, RecallRequest
 from memstream.schemas.subjects import MSG_ID_HEADER, Subjects
 
@@ -242,11 +242,14 @@ class MemoryClient:
         user: str | None = None,
         agent: str | None = None,
         method: Method | str = Method.HYBRID,
-        types: Sequence[MemoryType | str] = (),
-        scopes: Sequence[Scope | str] = (),
-        score_threshold: float = 0.0,
+        **options: Any,
     ) -> RecallReply:
-        """Ask for the memories that best match ``query``; raises ``RecallError``."""
+        """Ask for the memories that best match ``query``; raises ``RecallError``.
+
+        ``options`` are the other fields of ``RecallRequest``: context ("all", "session",
+        "resources"), types, scopes, tags, occurred_from, occurred_to, score_threshold,
+        token_budget, cache. ``top_k=-1`` returns every hit above the threshold (at most 100).
+        """
         try:
             req = RecallRequest(
                 tenant=self.tenant,
@@ -256,11 +259,9 @@ class MemoryClient:
                 query=query,
                 top_k=top_k,
                 method=Method(method),
-                types=[MemoryType(t) for t in types],
-                scopes=[Scope(s) for s in scopes],
-                score_threshold=score_threshold,
+                **options,
             )
-        except (ValidationError, ValueError) as exc:
+        except (ValidationError, ValueError, TypeError) as exc:
             raise RecallError(ErrorCode.BAD_REQUEST, _field_errors(exc)) from None
         data = await self._request(
             self.subjects.recall, req.model_dump_json().encode(), self.recall_timeout, RecallError

@@ -160,6 +160,7 @@ def test_wheel_ships_the_model_files(tmp_path: Path) -> None:
         # every other run-time data file: SQL migrations, the vendored gitleaks rules
         assert "memstream/storage/migrations/001_init.sql" in names
         assert "memstream/storage/migrations/002_memory_model.sql" in names
+        assert "memstream/storage/migrations/004_session_order.sql" in names
         assert "memstream/pipeline/redact/data/gitleaks.toml" in names
         zf.extractall(tmp_path / "installed", [n for n in names if n.startswith(inside)])
     packed = StaticEmbedder(tmp_path / "installed" / inside)

@@ -1,0 +1,193 @@
+"""Recall options and degradation, against real NATS, Postgres and Qdrant engines."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+
+import pytest
+
+from memstream.consumers.embedded import free_port
+from memstream.consumers.recall import RecallService
+from memstream.producers.client import RecallError
+from memstream.schemas.recall import RecallRequest
+from memstream.storage.qdrant_server import ServerVectorIndex
+
+pytestmark = pytest.mark.integration
+
+
+async def seed(running, user: str = "zoe") -> dict[str, str]:  # type: ignore[no-untyped-def]
+    """A few memories with different types, scopes, sessions, tags and times."""
+    mem = running.client("acme", user=user)
+    ids = {}
+    ids["tea"] = (
+        await mem.remember(
+            "I prefer green tea in the morning", type="preference", tags=["drinks", "morning"]
+        )
+    ).id
+    ids["coffee"] = (
+        await mem.remember("Coffee after lunch keeps me awake", type="fact", tags=["drinks"])
+    ).id
+    ids["deploy"] = (
+        await mem.remember(
+            "Deploys of the tea shop app run on Fridays", type="decision", scope="project"
+        )
+    ).id
+    ids["note"] = (
+        await mem.remember(
+            "Session note: we compared tea brands today", type="todo", scope="session", session="s-7"
+        )
+    ).id
+    await mem.close()
+    return ids
+
+
+async def test_methods_and_attribution(running) -> None:  # type: ignore[no-untyped-def]
+    """keyword, vector and hybrid all find the memory; every hit names its type, session and
+    source event."""
+    ids = await seed(running)
+    async with running.client("acme", user="zoe") as mem:
+        for method in ("keyword", "vector", "hybrid"):
+            reply = await mem.recall("green tea morning", method=method, top_k=3)
+            assert reply.hits[0].id == ids["tea"], method
+            assert reply.method.value == method and reply.degraded == []
+        hit = (await mem.recall("green tea morning", top_k=1)).hits[0]
+        assert hit.type.value == "preference" and hit.session == "default"
+        assert hit.source_event_ids and hit.source_event_ids[0].startswith("remember:")
+
+
+async def test_filters_narrow_never_widen(running) -> None:  # type: ignore[no-untyped-def]
+    """Types, scopes, tags, session and time range AND with the owner scope."""
+    ids = await seed(running)
+    await seed(running, user="other")  # same texts, another owner: never returned
+    async with running.client("acme", user="zoe") as mem:
+
+        async def found(**kw: object) -> set[str]:
+            reply = await mem.recall("tea coffee deploys note", top_k=10, **kw)
+            assert all(h.user == "zoe" for h in reply.hits)
+            return {h.id for h in reply.hits}
+
+        assert await found(types=["fact"]) == {ids["coffee"]}
+        assert await found(scopes=["project"]) == {ids["deploy"]}
+        assert ids["note"] in await found(session="s-7")
+        assert await found(session="s-7") == {ids["note"]}
+        assert await found(context="resources") == {ids["deploy"]}
+        assert await found(tags=["drinks", "morning"]) == {ids["tea"]}
+        assert await found(tags=["drinks"]) == {ids["tea"], ids["coffee"]}
+    now = running.pg.clock()
+    svc = running.worker.recall
+    future = RecallRequest(
+        tenant="acme",
+        user="zoe",
+        query="tea coffee",
+        top_k=10,
+        occurred_from=now + timedelta(days=1),
+    )
+    assert (await svc.recall(future)).hits == []
+    window = RecallRequest(
+        tenant="acme",
+        user="zoe",
+        query="tea coffee",
+        top_k=10,
+        occurred_from=now - timedelta(minutes=1),
+        occurred_to=now + timedelta(minutes=1),
+    )
+    assert len((await svc.recall(window)).hits) >= 2
+
+
+async def test_top_k_threshold_and_token_budget(running) -> None:  # type: ignore[no-untyped-def]
+    """top_k -1 returns all above the threshold; the threshold cuts weak hits; the token
+    budget trims the reply and says so."""
+    await seed(running)
+    svc = running.worker.recall
+    base = dict(tenant="acme", user="zoe", query="tea")
+    everything = await svc.recall(RecallRequest(**base, top_k=-1))
+    assert len(everything.hits) >= 3
+    strict = await svc.recall(RecallRequest(**base, top_k=-1, score_threshold=0.9))
+    assert 1 <= len(strict.hits) < len(everything.hits)
+    assert all(h.score >= 0.9 for h in strict.hits)
+    budget = await svc.recall(RecallRequest(**base, top_k=-1, token_budget=12))
+    assert budget.truncated and len(budget.hits) < len(everything.hits)
+    assert sum(len(h.text) // 4 + 1 for h in budget.hits) <= 12
+    with pytest.raises(ValueError, match="top_k"):
+        RecallRequest(**base, top_k=0)
+
+
+async def test_query_cache_hits_and_is_invalidated(running) -> None:  # type: ignore[no-untyped-def]
+    """A repeated query is served from the shared KV cache; a new memory of the owner
+    invalidates it at once."""
+    await seed(running)
+    async with running.client("acme", user="zoe") as mem:
+        first = await mem.recall("what do I drink in the morning?")
+        assert not first.cached
+        await asyncio.sleep(0.1)  # the cache put runs after the reply
+        second = await mem.recall("what do I drink in the morning?")
+        assert second.cached and [h.id for h in second.hits] == [h.id for h in first.hits]
+        new = await mem.remember("In the morning I drink mate now", type="preference")
+        third = await mem.recall("what do I drink in the morning?")
+        assert not third.cached and new.id in {h.id for h in third.hits}
+        fresh = await mem.recall("what do I drink in the morning?", top_k=3)
+        assert not fresh.cached  # other parameters, other key
+
+
+async def test_degrades_to_keyword_when_the_embedder_fails(running) -> None:  # type: ignore[no-untyped-def]
+    """With a broken embedder, hybrid recall answers from the keyword leg and says so."""
+    ids = await seed(running)
+
+    class Broken:
+        dim = running.worker.embedder.dim
+
+        def embed(self, texts):  # type: ignore[no-untyped-def]
+            raise RuntimeError("model file unreadable")
+
+        def embed_query(self, text):  # type: ignore[no-untyped-def]
+            raise RuntimeError("model file unreadable")
+
+    svc = RecallService(running.pg, running.worker.vectors, Broken())
+    for method in ("hybrid", "vector"):
+        reply = await svc.recall(
+            RecallRequest(tenant="acme", user="zoe", query="green tea", method=method)
+        )
+        assert reply.degraded == ["embedder"]
+        assert reply.hits[0].id == ids["tea"]
+
+
+async def test_degrades_to_postgres_when_the_vector_index_is_down(running) -> None:  # type: ignore[no-untyped-def]
+    """With the Qdrant server unreachable, Postgres full-text search answers."""
+    ids = await seed(running)
+    down = ServerVectorIndex(
+        url=f"http://127.0.0.1:{free_port()}", timeout=1, check_compatibility=False
+    )
+    svc = RecallService(running.pg, down, running.worker.embedder)
+    reply = await svc.recall(RecallRequest(tenant="acme", user="zoe", query="green tea"))
+    assert reply.degraded == ["vector_index"]
+    assert reply.hits[0].id == ids["tea"]
+    await down.close()
+
+
+async def test_vector_recall_answers_when_postgres_is_down(
+    running, database_url, namespace
+) -> None:  # type: ignore[no-untyped-def]
+    """With Postgres gone, recall still answers from the vector index (records in payload)."""
+    ids = await seed(running)
+    from memstream.storage.postgres import PgStore
+
+    gone = await PgStore.connect(database_url, schema=namespace)
+    await gone.close()
+    svc = RecallService(gone, running.worker.vectors, running.worker.embedder)
+    reply = await svc.recall(RecallRequest(tenant="acme", user="zoe", query="green tea"))
+    assert reply.hits[0].id == ids["tea"] and reply.degraded == []
+    await asyncio.sleep(0.05)  # access counting fails in the background, logged, not raised
+
+
+async def test_no_store_answers_gives_an_error_code(running) -> None:  # type: ignore[no-untyped-def]
+    """Index and Postgres both down: the agent gets 'unavailable', not a hang or a crash."""
+    await seed(running)
+    running.worker.recall.vectors = ServerVectorIndex(
+        url=f"http://127.0.0.1:{free_port()}", timeout=1, check_compatibility=False
+    )
+    await running.pg.close()
+    async with running.client("acme", user="zoe") as mem:
+        with pytest.raises(RecallError) as err:
+            await mem.recall("green tea", cache=False)
+        assert err.value.code.value == "unavailable"
