@@ -2,16 +2,28 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Literal, Protocol, overload
 
 from memstream.schemas.memory import MemoryType, Scope
+
+Record = Mapping[str, Any]  # an opaque JSON-able dict stored with a point, returned as JSON
+Hit = tuple[str, float]  # (memory id, score)
+RecordHit = tuple[str, float, Record]  # (memory id, score, the point's record)
+
+IdfScope = Literal["tenant", "owner", "collection"]  # the points BM25's IDF is computed over
+SPARSE_INDEX_MAX = 2**32 - 1  # sparse indices are unsigned 32-bit integers in Qdrant
 
 
 @dataclass(frozen=True, slots=True)
 class VectorPoint:
-    """One point per memory: the point id is the memory id (a uuid string)."""
+    """One point per memory: the point id is the memory id (a uuid string).
+
+    ``sparse`` maps term-hash indices (0 <= i < 2**32) to BM25 document term weights; a point
+    without it (``None`` or empty) has no keyword vector and never matches ``search_sparse``.
+    ``record`` is stored unindexed and handed back by ``fetch`` and ``with_records=True``.
+    """
 
     id: str
     vector: list[float]
@@ -23,11 +35,15 @@ class VectorPoint:
     scope: Scope
     occurred_at: float  # unix seconds
     expires_at: float | None = None  # unix seconds
+    sparse: Mapping[int, float] | None = None
+    record: Record = field(default_factory=dict)
+    pinned: bool = False
+    tags: Sequence[str] = ()
 
 
 @dataclass(frozen=True, slots=True)
 class VectorFilter:
-    """Tenant is mandatory; every other field narrows (AND). ``None`` = no condition."""
+    """Tenant is mandatory; every other field narrows (AND). ``None``/empty = no condition."""
 
     tenant: str
     user: str | None = None
@@ -36,24 +52,74 @@ class VectorFilter:
     types: Sequence[MemoryType] = field(default_factory=tuple)
     scopes: Sequence[Scope] = field(default_factory=tuple)
     now: float | None = None  # hide points whose expires_at <= now
+    occurred_from: float | None = None  # occurred_at >= this (unix seconds)
+    occurred_to: float | None = None  # occurred_at <= this (unix seconds)
+    tags: Sequence[str] = ()  # the point's tags contain every one of these
+    exclude_agent: str | None = None  # agent IS NOT NULL AND agent != this
 
 
 class VectorIndex(Protocol):
-    """A vector index over memories. Every method is idempotent."""
+    """A vector index over memories: a dense (cosine) and a keyword (BM25) leg, with records
+    in the payload so recall needs no other read. Every method is idempotent."""
 
     async def ensure(self, dim: int) -> None:
-        """Create the collection and its payload indexes if missing."""
+        """Create the collection and its payload indexes if missing (or add what is missing)."""
 
     async def upsert(self, points: Sequence[VectorPoint]) -> None:
         """Insert or overwrite points by id: replaying an upsert changes nothing."""
 
+    @overload
     async def search(
-        self, vector: Sequence[float], flt: VectorFilter, limit: int
-    ) -> list[tuple[str, float]]:
-        """(memory id, cosine similarity) best first, only points matching ``flt``."""
+        self,
+        vector: Sequence[float],
+        flt: VectorFilter,
+        limit: int,
+        *,
+        with_records: Literal[False] = False,
+    ) -> list[Hit]:
+        """(memory id, cosine similarity) best first, only points matching ``flt``; with
+        ``with_records=True`` each hit also carries the point's record (same call)."""
+
+    @overload
+    async def search(
+        self, vector: Sequence[float], flt: VectorFilter, limit: int, *, with_records: Literal[True]
+    ) -> list[RecordHit]: ...
+
+    @overload
+    async def search_sparse(
+        self,
+        sparse: Mapping[int, float],
+        flt: VectorFilter,
+        limit: int,
+        *,
+        with_records: Literal[False] = False,
+    ) -> list[Hit]:
+        """(memory id, BM25 score) best first over the points' ``sparse`` vectors, only points
+        matching ``flt``; ``sparse`` maps term-hash indices to query weights, IDF is applied
+        by the index. ``with_records=True`` as in ``search``."""
+
+    @overload
+    async def search_sparse(
+        self,
+        sparse: Mapping[int, float],
+        flt: VectorFilter,
+        limit: int,
+        *,
+        with_records: Literal[True],
+    ) -> list[RecordHit]: ...
+
+    async def fetch(self, tenant: str, ids: Sequence[str]) -> dict[str, Record]:
+        """The record of each point of ``tenant`` among ``ids``; others are absent."""
 
     async def delete(self, tenant: str, ids: Sequence[str]) -> None:
         """Delete points of ``tenant`` by id; missing ids are ignored."""
+
+    async def count(self, tenant: str | None = None) -> int:
+        """Points stored, of one tenant or of all (expired ones included)."""
+
+    async def optimize(self) -> bool:
+        """Build indexes and merge segments where the engine leaves that to the caller;
+        True if anything changed."""
 
     async def close(self) -> None:
         """Release files and connections."""
@@ -70,3 +136,12 @@ class Embedder(Protocol):
 
     def embed_query(self, text: str) -> list[float]:
         """One query vector."""
+
+
+def sparse_pairs(sparse: Mapping[int, float]) -> tuple[list[int], list[float]]:
+    """(indices, values) of a sparse vector, indices ascending; an index outside the engines'
+    unsigned 32-bit range is a bug in the caller: ValueError, before any storage call."""
+    indices = sorted(sparse)
+    if indices and (indices[0] < 0 or indices[-1] > SPARSE_INDEX_MAX):
+        raise ValueError(f"sparse indices must be in 0..{SPARSE_INDEX_MAX}")
+    return indices, [float(sparse[i]) for i in indices]

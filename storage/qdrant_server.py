@@ -1,10 +1,16 @@
 """Qdrant server adapter (``qdrant_client.AsyncQdrantClient``): production's vector index.
 
 Same semantics as ``qdrant_edge.EdgeVectorIndex`` (one contract suite runs against both):
-one point per memory, id = memory id, one named dense vector (cosine), the payload is every
-field of ``VectorPoint`` but the vector, keyword indexes on tenant (``is_tenant``), user,
-agent, session, type, scope and float indexes on occurred_at and expires_at. Writes use
-``wait=True``: they return once the server has applied them (and written its WAL).
+one point per memory, id = memory id, a named dense vector (cosine) and a sparse vector
+``bm25`` with the IDF modifier; the payload is every field of ``VectorPoint`` but the vectors,
+keyword indexes on tenant (``is_tenant``), user, agent, session, type, scope, tags, float
+indexes on occurred_at and expires_at, a bool index on pinned, ``record`` unindexed. IDF is
+computed over the tenant by default (``idf_scope``: ``IdfCorpusParams`` with the tenant or
+owner filter, or ``IdfScope.GLOBAL`` for "collection"); the server must support IDF corpus
+search params (qdrant-client 1.20's API). Writes use ``wait=True``: they return once the
+server has applied them (and written its WAL). ``optimize()`` is a no-op: the server
+optimizes in the background. ``ensure()`` on a collection without ``bm25`` adds it with
+``create_vector_name``.
 
 ``url`` (+ ``api_key``) reaches a server; ``location=":memory:"`` or ``path=`` runs
 qdrant-client's local mode (tests; exact search, payload indexes ignored).
@@ -17,23 +23,33 @@ Driver errors are translated here, once: no connection, timeouts and 5xx/429 ans
 from __future__ import annotations
 
 import uuid
-from collections.abc import Awaitable, Sequence
+from collections.abc import Awaitable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar, overload
 
 import httpx
 from qdrant_client import AsyncQdrantClient, models
 from qdrant_client.http.exceptions import ResponseHandlingException, UnexpectedResponse
 
 from memstream.schemas.errors import ConfigurationError, StorageUnavailable
-from memstream.storage.ports import VectorFilter, VectorPoint
+from memstream.storage.ports import (
+    Hit,
+    IdfScope,
+    Record,
+    RecordHit,
+    VectorFilter,
+    VectorPoint,
+    sparse_pairs,
+)
 
 __all__ = ["ServerVectorIndex"]
 
 T = TypeVar("T")
 
-KEYWORD_FIELDS = ("user", "agent", "session", "type", "scope")
+SPARSE_NAME = "bm25"
+KEYWORD_FIELDS = ("user", "agent", "session", "type", "scope", "tags")
 FLOAT_FIELDS = ("occurred_at", "expires_at")
+BOOL_FIELDS = ("pinned",)
 _UNAVAILABLE: tuple[type[BaseException], ...] = (
     ResponseHandlingException,
     httpx.TransportError,
@@ -50,7 +66,7 @@ except ImportError:  # pragma: no cover
 
 
 def payload(p: VectorPoint) -> dict[str, Any]:
-    """Everything in the point but the vector; absent values are stored as null."""
+    """Everything in the point but the vectors; absent values are stored as null."""
     return {
         "tenant": p.tenant,
         "user": p.user,
@@ -60,6 +76,9 @@ def payload(p: VectorPoint) -> dict[str, Any]:
         "scope": p.scope.value,
         "occurred_at": p.occurred_at,
         "expires_at": p.expires_at,
+        "pinned": p.pinned,
+        "tags": list(p.tags),
+        "record": dict(p.record),
     }
 
 
@@ -68,7 +87,7 @@ def _match(key: str, value: str) -> models.FieldCondition:
 
 
 def server_filter(flt: VectorFilter) -> models.Filter:
-    """Tenant always; user/agent/session/types/scopes narrow; expired points are hidden."""
+    """Tenant always; every other field of ``flt`` narrows (AND); expired points are hidden."""
     must: list[models.Condition] = [_match("tenant", flt.tenant)]
     for key, value in (("user", flt.user), ("agent", flt.agent), ("session", flt.session)):
         if value is not None:
@@ -79,11 +98,48 @@ def server_filter(flt: VectorFilter) -> models.Filter:
     if flt.scopes:
         any_scope = models.MatchAny(any=[s.value for s in flt.scopes])
         must.append(models.FieldCondition(key="scope", match=any_scope))
+    must += [_match("tags", tag) for tag in flt.tags]  # one condition per tag: all of them
+    if flt.occurred_from is not None or flt.occurred_to is not None:
+        span = models.Range(gte=flt.occurred_from, lte=flt.occurred_to)
+        must.append(models.FieldCondition(key="occurred_at", range=span))
     must_not: list[models.Condition] = []
     if flt.now is not None:  # a null or missing expires_at never matches the range: kept
         expired = models.Range(lte=flt.now)
         must_not.append(models.FieldCondition(key="expires_at", range=expired))
+    if flt.exclude_agent is not None:  # agent IS NOT NULL AND agent != exclude_agent
+        no_agent = models.IsEmptyCondition(is_empty=models.PayloadField(key="agent"))
+        must_not += [no_agent, _match("agent", flt.exclude_agent)]
     return models.Filter(must=must, must_not=must_not or None)
+
+
+def idf_corpus(flt: VectorFilter, scope: IdfScope) -> models.Filter | None:
+    """The points BM25's IDF is computed over: the tenant (default), the tenant narrowed to
+    the owner (user and/or agent) the filter names, or the whole collection (``None``).
+    Session, type, time and tag filters never change the statistics."""
+    if scope == "collection":
+        return None
+    must: list[models.Condition] = [_match("tenant", flt.tenant)]
+    if scope == "owner":
+        for key, value in (("user", flt.user), ("agent", flt.agent)):
+            if value is not None:
+                must.append(_match(key, value))
+    return models.Filter(must=must)
+
+
+def _record(payload: dict[str, Any] | None) -> Record:
+    record = (payload or {}).get("record")
+    return record if isinstance(record, dict) else {}
+
+
+def _has_bm25(info: models.CollectionInfo) -> bool:
+    sparse = info.config.params.sparse_vectors or {}
+    params = sparse.get(SPARSE_NAME)
+    if params is not None and params.modifier != models.Modifier.IDF:
+        raise ConfigurationError(
+            f"sparse vector {SPARSE_NAME!r} exists without the IDF modifier: drop it "
+            "(delete_vector_name) and run ensure() again, then re-upsert the memories"
+        )
+    return params is not None
 
 
 class ServerVectorIndex:
@@ -100,6 +156,7 @@ class ServerVectorIndex:
         vector_name: str = "dense",
         timeout: int = 10,
         check_compatibility: bool = True,
+        idf_scope: IdfScope = "tenant",
     ) -> None:
         if url is not None:
             self._client = AsyncQdrantClient(
@@ -114,6 +171,7 @@ class ServerVectorIndex:
             self._client = AsyncQdrantClient(location=location or ":memory:")
         self.collection = collection
         self.vector_name = vector_name
+        self.idf_scope = idf_scope
         self._dim = 0
 
     async def _call(self, action: str, call: Awaitable[T]) -> T:
@@ -133,14 +191,21 @@ class ServerVectorIndex:
             raise ValueError(f"vector has {len(vector)} dims, the index {self._dim}")
 
     async def ensure(self, dim: int) -> None:
-        """Create the collection and its payload indexes if missing; check the vector size."""
+        """Create the collection (dense + bm25 sparse vector) and its payload indexes if
+        missing; check the vector size. A collection of the previous version (no bm25) gets
+        the sparse vector added in place; its points have none until upserted again."""
         name, client = self.collection, self._client
         if not await self._call("collection_exists", client.collection_exists(name)):
             params = models.VectorParams(size=dim, distance=models.Distance.COSINE)
+            bm25 = models.SparseVectorParams(modifier=models.Modifier.IDF)
             try:
                 await self._call(
                     "create_collection",
-                    client.create_collection(name, vectors_config={self.vector_name: params}),
+                    client.create_collection(
+                        name,
+                        vectors_config={self.vector_name: params},
+                        sparse_vectors_config={SPARSE_NAME: bm25},
+                    ),
                 )
             except UnexpectedResponse as exc:  # another worker created it first
                 if exc.status_code != 409:
@@ -152,6 +217,8 @@ class ServerVectorIndex:
             raise ConfigurationError(
                 f"collection {name!r} has no {dim}-dim vector named {self.vector_name!r}"
             )
+        if not _has_bm25(info):
+            await self._add_bm25()
         self._dim = dim
         wanted: list[tuple[str, models.PayloadSchemaType | models.KeywordIndexParams]] = [
             (
@@ -161,6 +228,7 @@ class ServerVectorIndex:
         ]
         wanted += [(key, models.PayloadSchemaType.KEYWORD) for key in KEYWORD_FIELDS]
         wanted += [(key, models.PayloadSchemaType.FLOAT) for key in FLOAT_FIELDS]
+        wanted += [(key, models.PayloadSchemaType.BOOL) for key in BOOL_FIELDS]
         for key, schema in wanted:
             if key not in info.payload_schema:
                 await self._call(
@@ -168,41 +236,148 @@ class ServerVectorIndex:
                     client.create_payload_index(name, key, field_schema=schema, wait=True),
                 )
 
+    async def _add_bm25(self) -> None:
+        config = models.SparseVectorNameConfig(
+            sparse=models.SparseVectorConfig(modifier=models.Modifier.IDF)
+        )
+        try:
+            await self._call(
+                "create_vector_name",
+                self._client.create_vector_name(self.collection, SPARSE_NAME, config, wait=True),
+            )
+        except (UnexpectedResponse, ValueError):  # another worker may have added it first
+            info = await self._call("get_collection", self._client.get_collection(self.collection))
+            if not _has_bm25(info):
+                raise
+
     async def upsert(self, points: Sequence[VectorPoint]) -> None:
-        """Insert or overwrite by id; applied on the server when it returns."""
+        """Insert or overwrite by id (vectors, payload and record all replaced); applied on
+        the server when it returns."""
         if not points:
             return
         structs = []
         for p in points:
             self._check(p.vector)
+            vectors: dict[str, Any] = {self.vector_name: list(p.vector)}
+            if p.sparse:
+                indices, values = sparse_pairs(p.sparse)
+                vectors[SPARSE_NAME] = models.SparseVector(indices=indices, values=values)
             structs.append(
-                models.PointStruct(
-                    id=str(uuid.UUID(p.id)),
-                    vector={self.vector_name: list(p.vector)},
-                    payload=payload(p),
-                )
+                models.PointStruct(id=str(uuid.UUID(p.id)), vector=vectors, payload=payload(p))
             )
         await self._call("upsert", self._client.upsert(self.collection, structs, wait=True))
 
+    async def _query(
+        self, action: str, with_records: bool, **query: Any
+    ) -> list[Hit] | list[RecordHit]:
+        response = await self._call(
+            action,
+            self._client.query_points(
+                self.collection, with_payload=["record"] if with_records else False, **query
+            ),
+        )
+        if with_records:
+            return [(str(p.id), float(p.score), _record(p.payload)) for p in response.points]
+        return [(str(p.id), float(p.score)) for p in response.points]
+
+    @overload
     async def search(
-        self, vector: Sequence[float], flt: VectorFilter, limit: int
-    ) -> list[tuple[str, float]]:
-        """(memory id, cosine similarity) best first, only points matching ``flt``."""
+        self,
+        vector: Sequence[float],
+        flt: VectorFilter,
+        limit: int,
+        *,
+        with_records: Literal[False] = False,
+    ) -> list[Hit]: ...
+
+    @overload
+    async def search(
+        self, vector: Sequence[float], flt: VectorFilter, limit: int, *, with_records: Literal[True]
+    ) -> list[RecordHit]: ...
+
+    async def search(
+        self, vector: Sequence[float], flt: VectorFilter, limit: int, *, with_records: bool = False
+    ) -> list[Hit] | list[RecordHit]:
+        """(memory id, cosine similarity) best first, only points matching ``flt``; with
+        ``with_records=True`` each hit also carries the point's record."""
         self._check(vector)
         if limit <= 0:
             return []
-        response = await self._call(
+        return await self._query(
             "query_points",
-            self._client.query_points(
-                self.collection,
-                query=list(vector),
-                using=self.vector_name,
-                query_filter=server_filter(flt),
-                limit=limit,
-                with_payload=False,
+            with_records,
+            query=list(vector),
+            using=self.vector_name,
+            query_filter=server_filter(flt),
+            limit=limit,
+        )
+
+    @overload
+    async def search_sparse(
+        self,
+        sparse: Mapping[int, float],
+        flt: VectorFilter,
+        limit: int,
+        *,
+        with_records: Literal[False] = False,
+    ) -> list[Hit]: ...
+
+    @overload
+    async def search_sparse(
+        self,
+        sparse: Mapping[int, float],
+        flt: VectorFilter,
+        limit: int,
+        *,
+        with_records: Literal[True],
+    ) -> list[RecordHit]: ...
+
+    async def search_sparse(
+        self,
+        sparse: Mapping[int, float],
+        flt: VectorFilter,
+        limit: int,
+        *,
+        with_records: bool = False,
+    ) -> list[Hit] | list[RecordHit]:
+        """(memory id, BM25 score) best first, only points matching ``flt`` that have a
+        sparse vector; IDF is computed over ``idf_corpus(flt, self.idf_scope)``."""
+        indices, values = sparse_pairs(sparse)
+        if limit <= 0 or not indices:
+            return []
+        return await self._query(
+            "query_points",
+            with_records,
+            query=models.SparseVector(indices=indices, values=values),
+            using=SPARSE_NAME,
+            query_filter=server_filter(flt),
+            search_params=self._idf_params(flt),
+            limit=limit,
+        )
+
+    def _idf_params(self, flt: VectorFilter) -> models.SearchParams:
+        corpus = idf_corpus(flt, self.idf_scope)
+        if corpus is None:
+            return models.SearchParams(idf=models.IdfScope.GLOBAL)
+        return models.SearchParams(idf=models.IdfCorpusParams(corpus=corpus))
+
+    async def fetch(self, tenant: str, ids: Sequence[str]) -> dict[str, Record]:
+        """The record of each point of ``tenant`` among ``ids`` (keys as given); missing ids
+        and other tenants' points are absent."""
+        given = {str(uuid.UUID(i)): i for i in ids}  # ValueError for a non-uuid id
+        if not given:
+            return {}
+        found = await self._call(
+            "retrieve",
+            self._client.retrieve(
+                self.collection, list(given), with_payload=["tenant", "record"], with_vectors=False
             ),
         )
-        return [(str(p.id), float(p.score)) for p in response.points]
+        return {
+            given[str(r.id)]: _record(r.payload)
+            for r in found
+            if r.payload is not None and r.payload.get("tenant") == tenant
+        }
 
     async def delete(self, tenant: str, ids: Sequence[str]) -> None:
         """Delete points of ``tenant`` by id; other tenants' points and missing ids are ignored."""
@@ -221,6 +396,10 @@ class ServerVectorIndex:
             "count", self._client.count(self.collection, count_filter=flt, exact=True)
         )
         return result.count
+
+    async def optimize(self) -> bool:
+        """Nothing to do: the server optimizes segments in the background. Always False."""
+        return False
 
     async def close(self) -> None:
         """Close the client's connections (local mode: its files)."""

@@ -4,6 +4,7 @@ adapter over qdrant-client's local mode (no Qdrant server runs here)."""
 from __future__ import annotations
 
 import asyncio
+import math
 import random
 import subprocess
 import sys
@@ -11,13 +12,15 @@ import textwrap
 import uuid
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import pytest
+import qdrant_edge as qe
+from qdrant_client import AsyncQdrantClient, models
 
 from memstream.schemas.errors import ConfigurationError, StorageUnavailable
 from memstream.schemas.memory import MemoryType, Scope
-from memstream.storage.ports import VectorFilter, VectorIndex, VectorPoint
+from memstream.storage.ports import IdfScope, VectorFilter, VectorIndex, VectorPoint
 from memstream.storage.qdrant_edge import EdgeVectorIndex
 from memstream.storage.qdrant_server import ServerVectorIndex
 
@@ -32,21 +35,27 @@ pytestmark = [
 NOW = 1_800_000_000.0
 DIM = 8
 
-Factory = Callable[[], VectorIndex]
+Factory = Callable[..., VectorIndex]
 
 
 def edge_factory(path: Path) -> Factory:
-    return lambda: EdgeVectorIndex(path / "shard")
+    return lambda **kw: EdgeVectorIndex(path / "shard", **kw)
 
 
 def local_factory(path: Path) -> Factory:
-    return lambda: ServerVectorIndex(collection="memories", path=path / "local")
+    return lambda **kw: ServerVectorIndex(collection="memories", path=path / "local", **kw)
 
 
 @pytest.fixture(params=["edge", "server-local"])
-def make_index(request: pytest.FixtureRequest, tmp_path: Path) -> Factory:
+def kind(request: pytest.FixtureRequest) -> str:
+    """Which adapter a test runs against."""
+    return str(request.param)
+
+
+@pytest.fixture
+def make_index(kind: str, tmp_path: Path) -> Factory:
     """Makes instances of one adapter, all over the same storage in a temp dir."""
-    factory = edge_factory if request.param == "edge" else local_factory
+    factory = edge_factory if kind == "edge" else local_factory
     return factory(tmp_path)
 
 
@@ -66,8 +75,13 @@ def axis(i: int, wobble: float = 0.0) -> list[float]:
     return v
 
 
+WORD = 7  # the term every test point holds unless told otherwise: a sparse query for it
+# matches them all, so every filter test runs against both legs
+
+
 def point(vector: list[float], **kw: Any) -> VectorPoint:
     fields: dict[str, Any] = {
+        "sparse": {WORD: 1.0},
         "id": str(uuid.uuid4()),
         "tenant": "acme",
         "user": "ann",
@@ -82,8 +96,20 @@ def point(vector: list[float], **kw: Any) -> VectorPoint:
     return VectorPoint(vector=vector, **fields)
 
 
-async def ids(index: VectorIndex, flt: VectorFilter, vector: list[float] | None = None) -> set[str]:
+Leg = Literal["dense", "sparse"]
+
+
+async def ids(
+    index: VectorIndex, flt: VectorFilter, vector: list[float] | None = None, leg: Leg = "dense"
+) -> set[str]:
+    if leg == "sparse":
+        return {i for i, _ in await index.search_sparse({WORD: 1.0}, flt, 100)}
     return {i for i, _ in await index.search(vector or axis(0), flt, 100)}
+
+
+def bm25_idf(df: int, n: int) -> float:
+    """The IDF both engines apply (Qdrant's modifier): ln((n - df + 0.5) / (df + 0.5) + 1)."""
+    return math.log((n - df + 0.5) / (df + 0.5) + 1)
 
 
 async def test_search_returns_nearest_first(index: VectorIndex) -> None:
@@ -96,13 +122,18 @@ async def test_search_returns_nearest_first(index: VectorIndex) -> None:
     assert hits[1][1] == pytest.approx(1 / (1 + 0.25) ** 0.5, abs=1e-4)
 
 
-async def test_other_tenant_never_returned(index: VectorIndex) -> None:
-    """A point of tenant B never comes back for tenant A, even with the identical vector."""
+LEGS: list[Leg] = ["dense", "sparse"]
+legs = pytest.mark.parametrize("leg", LEGS)
+
+
+@legs
+async def test_other_tenant_never_returned(index: VectorIndex, leg: Leg) -> None:
+    """A point of tenant B never comes back for tenant A, even with identical vectors."""
     mine, theirs = point(axis(0)), point(axis(0), tenant="globex")
     await index.upsert([theirs, mine])
-    assert await ids(index, VectorFilter(tenant="acme")) == {mine.id}
-    assert await ids(index, VectorFilter(tenant="globex")) == {theirs.id}
-    assert await ids(index, VectorFilter(tenant="initech")) == set()
+    assert await ids(index, VectorFilter(tenant="acme"), leg=leg) == {mine.id}
+    assert await ids(index, VectorFilter(tenant="globex"), leg=leg) == {theirs.id}
+    assert await ids(index, VectorFilter(tenant="initech"), leg=leg) == set()
 
 
 FILTER_CASES = [
@@ -111,46 +142,276 @@ FILTER_CASES = [
     ("session", {"session": "s2"}, {"session": "s2"}),
     ("types", {"type": MemoryType.RULE}, {"types": (MemoryType.RULE, MemoryType.TODO)}),
     ("scopes", {"scope": Scope.GLOBAL}, {"scopes": (Scope.GLOBAL, Scope.RUN)}),
+    ("tags", {"tags": ("red", "blue")}, {"tags": ("blue",)}),
+    ("occurred_from", {"occurred_at": NOW}, {"occurred_from": NOW - 1}),
+    ("occurred_to", {"occurred_at": NOW - 3600}, {"occurred_to": NOW - 61}),
+    ("exclude_agent", {"agent": "helper"}, {"exclude_agent": "bot"}),
 ]
 
 
+@legs
 @pytest.mark.parametrize(("field", "odd", "narrow"), FILTER_CASES, ids=[c[0] for c in FILTER_CASES])
 async def test_filter_field_narrows(
-    index: VectorIndex, field: str, odd: dict[str, Any], narrow: dict[str, Any]
+    index: VectorIndex, leg: Leg, field: str, odd: dict[str, Any], narrow: dict[str, Any]
 ) -> None:
-    """Each filter field keeps only the matching points; unset it keeps them all."""
+    """Each filter field keeps only the matching points, on both legs; unset it keeps all."""
     plain, special = point(axis(0)), point(axis(0, 0.1), **odd)
     await index.upsert([plain, special])
-    assert await ids(index, VectorFilter(tenant="acme", **narrow)) == {special.id}
-    assert await ids(index, VectorFilter(tenant="acme")) == {plain.id, special.id}
+    assert await ids(index, VectorFilter(tenant="acme", **narrow), leg=leg) == {special.id}
+    assert await ids(index, VectorFilter(tenant="acme"), leg=leg) == {plain.id, special.id}
 
 
-async def test_filters_combine_with_and(index: VectorIndex) -> None:
+@legs
+async def test_filters_combine_with_and(index: VectorIndex, leg: Leg) -> None:
     """Several filter fields must all match (AND), not any of them."""
-    both = point(axis(0), user="bob", session="s2")
-    only_user = point(axis(0), user="bob")
+    both = point(axis(0), user="bob", session="s2", tags=("x",))
+    only_user = point(axis(0), user="bob", tags=("x",))
     await index.upsert([both, only_user])
-    assert await ids(index, VectorFilter(tenant="acme", user="bob", session="s2")) == {both.id}
+    flt = VectorFilter(tenant="acme", user="bob", session="s2", tags=("x",))
+    assert await ids(index, flt, leg=leg) == {both.id}
 
 
-async def test_user_none_in_point_is_not_matched_by_user_filter(index: VectorIndex) -> None:
+@legs
+async def test_user_none_in_point_is_not_matched_by_user_filter(
+    index: VectorIndex, leg: Leg
+) -> None:
     """A point with no user (an agent memory) does not match a filter on a user."""
     agent_only = point(axis(0), user=None)
     await index.upsert([agent_only])
-    assert await ids(index, VectorFilter(tenant="acme", user="ann")) == set()
-    assert await ids(index, VectorFilter(tenant="acme", agent="bot")) == {agent_only.id}
+    assert await ids(index, VectorFilter(tenant="acme", user="ann"), leg=leg) == set()
+    assert await ids(index, VectorFilter(tenant="acme", agent="bot"), leg=leg) == {agent_only.id}
 
 
-async def test_expired_points_hidden(index: VectorIndex) -> None:
+@legs
+async def test_expired_points_hidden(index: VectorIndex, leg: Leg) -> None:
     """Points whose expires_at <= now are hidden; points without expires_at are kept."""
     forever = point(axis(0))
     later = point(axis(0), expires_at=NOW + 1)
     at_now = point(axis(0), expires_at=NOW)
     past = point(axis(0), expires_at=NOW - 1)
     await index.upsert([forever, later, at_now, past])
-    assert await ids(index, VectorFilter(tenant="acme", now=NOW)) == {forever.id, later.id}
+    assert await ids(index, VectorFilter(tenant="acme", now=NOW), leg=leg) == {forever.id, later.id}
     everything = {forever.id, later.id, at_now.id, past.id}
-    assert await ids(index, VectorFilter(tenant="acme")) == everything
+    assert await ids(index, VectorFilter(tenant="acme"), leg=leg) == everything
+
+
+@legs
+async def test_tags_filter_needs_all_of_the_tags(index: VectorIndex, leg: Leg) -> None:
+    """A tags filter keeps points holding every given tag; extra tags on the point are fine."""
+    red_blue, red, untagged = (
+        point(axis(0), tags=("red", "blue", "green")),
+        point(axis(0), tags=("red",)),
+        point(axis(0)),
+    )
+    await index.upsert([red_blue, red, untagged])
+
+    async def tagged(*tags: str) -> set[str]:
+        return await ids(index, VectorFilter(tenant="acme", tags=tags), leg=leg)
+
+    assert await tagged("red", "blue") == {red_blue.id}
+    assert await tagged("red") == {red_blue.id, red.id}
+    assert await tagged("red", "yellow") == set()
+    assert await tagged() == {red_blue.id, red.id, untagged.id}
+
+
+@legs
+async def test_occurred_range_is_inclusive_on_both_ends(index: VectorIndex, leg: Leg) -> None:
+    """occurred_from/occurred_to keep occurred_at in [from, to], both bounds included."""
+    old, mid, new = (point(axis(0), occurred_at=NOW + t) for t in (-100.0, -50.0, 0.0))
+    await index.upsert([old, mid, new])
+
+    async def between(lo: float | None, hi: float | None) -> set[str]:
+        flt = VectorFilter(tenant="acme", occurred_from=lo, occurred_to=hi)
+        return await ids(index, flt, leg=leg)
+
+    assert await between(NOW - 50, None) == {mid.id, new.id}
+    assert await between(None, NOW - 50) == {old.id, mid.id}
+    assert await between(NOW - 50, NOW - 50) == {mid.id}
+    assert await between(NOW - 49, NOW - 1) == set()
+
+
+@legs
+async def test_exclude_agent_keeps_only_other_agents(index: VectorIndex, leg: Leg) -> None:
+    """exclude_agent keeps points whose agent is set and differs: not its own, not agentless."""
+    own, peer, nobody = point(axis(0)), point(axis(0), agent="helper"), point(axis(0), agent=None)
+    await index.upsert([own, peer, nobody])
+    assert await ids(index, VectorFilter(tenant="acme", exclude_agent="bot"), leg=leg) == {peer.id}
+    flt = VectorFilter(tenant="acme", user="ann", exclude_agent="helper")
+    assert await ids(index, flt, leg=leg) == {own.id}
+
+
+async def stored_payload(index: VectorIndex, point_id: str) -> dict[str, Any]:
+    """The raw payload of one point, read past the port (storage layout checks only)."""
+    if isinstance(index, EdgeVectorIndex):
+        found = index.shard.retrieve([point_id], True, False)
+        return dict(found[0].payload or {})
+    assert isinstance(index, ServerVectorIndex)
+    records = await index._client.retrieve(index.collection, [point_id], with_payload=True)
+    return dict(records[0].payload or {})
+
+
+async def test_pinned_flag_and_tags_are_stored_in_the_payload(index: VectorIndex) -> None:
+    """pinned is stored as a bool and tags as a list, beside the record; re-upsert replaces them."""
+    p = point(axis(0), pinned=True, tags=("red",), record={"text": "t"})
+    await index.upsert([p])
+    stored = await stored_payload(index, p.id)
+    assert (stored["pinned"], stored["tags"], stored["record"]) == (True, ["red"], {"text": "t"})
+    await index.upsert([point(axis(0), id=p.id)])
+    stored = await stored_payload(index, p.id)
+    assert (stored["pinned"], stored["tags"], stored["record"]) == (False, [], {})
+
+
+# -- the keyword (BM25) leg -------------------------------------------------------------------
+
+
+async def test_sparse_rare_terms_outrank_common_ones(index: VectorIndex) -> None:
+    """IDF works: of two docs with equal term weights, the one sharing the rarer term wins."""
+    common, rare = point(axis(0), sparse={1: 1.0, 3: 0.5}), point(axis(0), sparse={2: 1.0, 3: 0.5})
+    filler = [point(axis(0), sparse={1: 1.0, 4: 1.0}) for _ in range(5)]
+    await index.upsert([common, rare, *filler])
+    hits = await index.search_sparse({1: 1.0, 2: 1.0}, VectorFilter(tenant="acme"), 10)
+    assert hits[0][0] == rare.id
+    assert len(hits) == 7
+    n = 7  # points with a sparse vector in the corpus
+    assert hits[0][1] == pytest.approx(bm25_idf(1, n), rel=1e-4)
+    assert hits[1][1] == pytest.approx(bm25_idf(6, n), rel=1e-4)
+    assert common.id in {i for i, _ in hits[1:]}
+
+
+async def test_sparse_scores_are_weighted_sums(index: VectorIndex) -> None:
+    """A sparse hit scores sum(query weight * idf * doc weight) over the shared terms."""
+    doc = point(axis(0), sparse={1: 2.0, 2: 0.5, 3: 9.0})
+    other = point(axis(0), sparse={3: 1.0})
+    await index.upsert([doc, other])
+    hits = await index.search_sparse({1: 1.5, 2: 1.0, 5: 4.0}, VectorFilter(tenant="acme"), 5)
+    expected = 1.5 * 2.0 * bm25_idf(1, 2) + 1.0 * 0.5 * bm25_idf(1, 2)
+    assert hits == [(doc.id, pytest.approx(expected, rel=1e-4))]
+
+
+async def test_sparse_idf_is_computed_over_the_tenant(index: VectorIndex) -> None:
+    """IDF counts only the tenant's points: another tenant full of a term does not make it
+    common for this one (collection-wide IDF would flip this ranking)."""
+    rare_here, common_here = point(axis(0), sparse={2: 1.0}), point(axis(0), sparse={1: 1.0})
+    mine = [rare_here, common_here] + [point(axis(0), sparse={1: 1.0}) for _ in range(4)]
+    theirs = [point(axis(0), tenant="globex", sparse={2: 1.0}) for _ in range(30)]
+    await index.upsert(mine + theirs)
+    hits = await index.search_sparse({1: 1.0, 2: 1.0}, VectorFilter(tenant="acme"), 10)
+    assert hits[0] == (rare_here.id, pytest.approx(bm25_idf(1, 6), rel=1e-4))
+    assert len(hits) == 6
+
+
+@pytest.mark.parametrize(
+    ("scope", "n", "df"), [("owner", 3, 3), ("tenant", 13, 3), ("collection", 15, 5)]
+)
+async def test_sparse_idf_scope_picks_the_corpus(
+    make_index: Factory, scope: IdfScope, n: int, df: int
+) -> None:
+    """idf_scope sets the IDF corpus: the owner the filter names, the tenant (default) or the
+    collection; session, type and other narrowing filters never change the statistics."""
+    idx = make_index(idf_scope=scope)
+    await idx.ensure(DIM)
+    mine = [point(axis(0), sparse={1: 1.0}, session=f"s{i}") for i in range(3)]
+    others = [point(axis(0), user="bob", sparse={2: 1.0}) for _ in range(10)]
+    theirs = [point(axis(0), tenant="globex", sparse={1: 1.0}) for _ in range(2)]
+    await idx.upsert(mine + others + theirs)
+    flt = VectorFilter(tenant="acme", user="ann", session="s0")
+    assert await idx.search_sparse({1: 1.0}, flt, 5) == [
+        (mine[0].id, pytest.approx(bm25_idf(df, n), rel=1e-4))
+    ]
+    await idx.close()
+
+
+async def test_point_without_sparse_never_matches_sparse_search(index: VectorIndex) -> None:
+    """A point upserted without a sparse vector (None or empty) is dense-only."""
+    none, empty, keyed = point(axis(0), sparse=None), point(axis(0), sparse={}), point(axis(0))
+    await index.upsert([none, empty, keyed])
+    assert await ids(index, VectorFilter(tenant="acme"), leg="sparse") == {keyed.id}
+    assert await ids(index, VectorFilter(tenant="acme")) == {none.id, empty.id, keyed.id}
+
+
+async def test_sparse_query_without_shared_terms_finds_nothing(index: VectorIndex) -> None:
+    """Sparse search returns only points sharing a term; an empty query returns nothing."""
+    await index.upsert([point(axis(0), sparse={1: 1.0})])
+    assert await index.search_sparse({2: 1.0}, VectorFilter(tenant="acme"), 5) == []
+    assert await index.search_sparse({}, VectorFilter(tenant="acme"), 5) == []
+
+
+async def test_sparse_index_out_of_range_is_rejected_before_storage(index: VectorIndex) -> None:
+    """Sparse indices must fit in an unsigned 32-bit integer: ValueError, not a storage error."""
+    with pytest.raises(ValueError, match="sparse indices"):
+        await index.upsert([point(axis(0), sparse={2**32: 1.0})])
+    with pytest.raises(ValueError, match="sparse indices"):
+        await index.search_sparse({-1: 1.0}, VectorFilter(tenant="acme"), 3)
+    top = point(axis(0), sparse={2**32 - 1: 1.0, 0: 1.0})
+    await index.upsert([top])
+    assert await ids(index, VectorFilter(tenant="acme"), leg="sparse") == set()
+    assert [i for i, _ in await index.search_sparse({0: 1.0}, VectorFilter(tenant="acme"), 3)] == [
+        top.id
+    ]
+
+
+# -- records in the payload -------------------------------------------------------------------
+
+RECORD = {
+    "text": "Ann prefers tea — not coffee ☕",
+    "importance": 0.75,
+    "access_count": 3,
+    "source": {"event_ids": ["e1", "e2"], "turn": None},
+    "pinned": True,
+}
+
+
+async def test_fetch_returns_records_of_the_tenant(index: VectorIndex) -> None:
+    """fetch hands back each named point's record as stored; missing ids and other tenants'
+    points are absent; keys are the ids as given."""
+    mine, bare = point(axis(0), record=RECORD), point(axis(1))
+    theirs = point(axis(0), tenant="globex", record={"text": "secret"})
+    await index.upsert([mine, bare, theirs])
+    missing = str(uuid.uuid4())
+    upper = mine.id.upper()
+    got = await index.fetch("acme", [upper, bare.id, theirs.id, missing])
+    assert got == {upper: RECORD, bare.id: {}}
+    assert await index.fetch("acme", []) == {}
+
+
+async def test_search_with_records_returns_them_in_the_same_call(index: VectorIndex) -> None:
+    """search and search_sparse with with_records=True carry each hit's record; without it
+    the hits are (id, score) pairs as before."""
+    a, b = point(axis(0), record={"text": "a"}), point(axis(0, 0.5), record={"text": "b"})
+    await index.upsert([a, b])
+    flt = VectorFilter(tenant="acme")
+    dense = await index.search(axis(0), flt, 5, with_records=True)
+    assert [(i, r) for i, _, r in dense] == [(a.id, {"text": "a"}), (b.id, {"text": "b"})]
+    sparse = await index.search_sparse({WORD: 1.0}, flt, 5, with_records=True)
+    assert {i: r for i, _, r in sparse} == {a.id: {"text": "a"}, b.id: {"text": "b"}}
+    assert all(len(hit) == 2 for hit in await index.search(axis(0), flt, 5))
+    assert all(len(hit) == 2 for hit in await index.search_sparse({WORD: 1.0}, flt, 5))
+
+
+async def test_reupsert_replaces_record_and_sparse_vector(index: VectorIndex) -> None:
+    """A new version of an id replaces its record and its keyword terms, not adds to them."""
+    first = point(axis(0), sparse={1: 1.0}, record={"v": 1})
+    await index.upsert([first])
+    second = point(axis(0), id=first.id, sparse={2: 1.0}, record={"v": 2})
+    await index.upsert([second])
+    flt = VectorFilter(tenant="acme")
+    assert await index.search_sparse({1: 1.0}, flt, 5) == []
+    assert [i for i, _ in await index.search_sparse({2: 1.0}, flt, 5)] == [first.id]
+    assert await index.fetch("acme", [first.id]) == {first.id: {"v": 2}}
+    dense_only = point(axis(0), id=first.id, sparse=None, record={"v": 3})
+    await index.upsert([dense_only])
+    assert await index.search_sparse({2: 1.0}, flt, 5) == []
+
+
+async def test_delete_removes_from_every_leg(index: VectorIndex) -> None:
+    """A deleted point leaves dense search, sparse search and fetch alike."""
+    gone, kept = point(axis(0), record={"v": 1}), point(axis(0), record={"v": 2})
+    await index.upsert([gone, kept])
+    await index.delete("acme", [gone.id])
+    flt = VectorFilter(tenant="acme")
+    assert await ids(index, flt, leg="sparse") == {kept.id}
+    assert await ids(index, flt) == {kept.id}
+    assert await index.fetch("acme", [gone.id, kept.id]) == {kept.id: {"v": 2}}
 
 
 async def test_upsert_same_id_twice_keeps_one_point(index: VectorIndex) -> None:
@@ -158,10 +419,10 @@ async def test_upsert_same_id_twice_keeps_one_point(index: VectorIndex) -> None:
     p = point(axis(0))
     await index.upsert([p])
     await index.upsert([p])
-    assert await index.count() == 1  # type: ignore[attr-defined]
+    assert await index.count() == 1
     moved = point(axis(3), id=p.id, user="bob")
     await index.upsert([moved])
-    assert await index.count() == 1  # type: ignore[attr-defined]
+    assert await index.count() == 1
     assert await ids(index, VectorFilter(tenant="acme", user="ann")) == set()
     hits = await index.search(axis(3), VectorFilter(tenant="acme", user="bob"), 5)
     assert hits[0][0] == p.id
@@ -183,7 +444,7 @@ async def test_empty_calls_are_no_ops(index: VectorIndex) -> None:
     await index.upsert([])
     await index.delete("acme", [])
     assert await index.search(axis(0), VectorFilter(tenant="acme"), 0) == []
-    assert await index.count() == 0  # type: ignore[attr-defined]
+    assert await index.count() == 0
 
 
 async def test_wrong_vector_size_is_rejected_before_storage(index: VectorIndex) -> None:
@@ -220,6 +481,90 @@ async def test_ensure_with_another_size_is_a_configuration_error(
     await other.close()
 
 
+LEGACY_PAYLOAD = {  # what the previous version stored: no pinned, tags or record
+    "tenant": "acme",
+    "user": "ann",
+    "agent": "bot",
+    "session": "s1",
+    "type": MemoryType.FACT.value,
+    "scope": Scope.USER.value,
+    "occurred_at": NOW - 60,
+    "expires_at": None,
+}
+
+
+async def create_legacy(kind: str, tmp_path: Path, point_id: str) -> None:
+    """A collection as the previous version built it: one dense vector, no bm25, one point."""
+    if kind == "edge":
+        dense = qe.EdgeVectorParams(size=DIM, distance=qe.Distance.Cosine)
+        shard = qe.EdgeShard.create(
+            str(tmp_path / "shard"), qe.EdgeConfig(vectors={"dense": dense})
+        )
+        op = qe.UpdateOperation.upsert_points(
+            [qe.Point(point_id, {"dense": axis(0)}, LEGACY_PAYLOAD)]
+        )
+        shard.update(op)
+        shard.close()
+        return
+    client = AsyncQdrantClient(path=str(tmp_path / "local"))
+    params = models.VectorParams(size=DIM, distance=models.Distance.COSINE)
+    await client.create_collection("memories", vectors_config={"dense": params})
+    struct = models.PointStruct(id=point_id, vector={"dense": axis(0)}, payload=LEGACY_PAYLOAD)
+    await client.upsert("memories", [struct])
+    await client.close()
+
+
+async def test_ensure_adds_bm25_to_a_previous_version_collection(
+    kind: str, tmp_path: Path, make_index: Factory
+) -> None:
+    """ensure() on a collection without the bm25 sparse vector adds it in place: old points
+    stay dense-searchable (record {}), new ones are keyword-searchable, reopening is a no-op."""
+    old_id = str(uuid.uuid4())
+    await create_legacy(kind, tmp_path, old_id)
+    idx = make_index()
+    await idx.ensure(DIM)
+    new = point(axis(0), sparse={1: 1.0}, record={"v": 1})
+    await idx.upsert([new])
+    flt = VectorFilter(tenant="acme")
+    assert await ids(idx, flt) == {old_id, new.id}
+    assert [i for i, _ in await idx.search_sparse({1: 1.0}, flt, 5)] == [new.id]
+    assert await idx.fetch("acme", [old_id, new.id]) == {old_id: {}, new.id: {"v": 1}}
+    await idx.close()
+    again = make_index()
+    await again.ensure(DIM)
+    assert [i for i, _ in await again.search_sparse({1: 1.0}, flt, 5)] == [new.id]
+    await again.close()
+
+
+async def test_count_counts_points_per_tenant(index: VectorIndex) -> None:
+    """count() counts every stored point (expired ones too), of one tenant or of all."""
+    await index.upsert(
+        [point(axis(0)), point(axis(1), expires_at=NOW - 1), point(axis(0), tenant="globex")]
+    )
+    assert await index.count("acme") == 2
+    assert await index.count("globex") == 1
+    assert await index.count("initech") == 0
+    assert await index.count() == 3
+
+
+async def test_optimize_keeps_every_answer(index: VectorIndex) -> None:
+    """optimize() (merging segments, building indexes, or nothing) changes no result."""
+    rng = random.Random(3)
+    points = [
+        point([rng.gauss(0, 1) for _ in range(DIM)], sparse={rng.randrange(20): 1.0, WORD: 0.5})
+        for _ in range(200)
+    ]
+    await index.upsert(points)
+    flt = VectorFilter(tenant="acme")
+    q = [rng.gauss(0, 1) for _ in range(DIM)]
+    before = (await index.search(q, flt, 10), await index.search_sparse({3: 1.0}, flt, 10))
+    assert isinstance(await index.optimize(), bool)
+    after = (await index.search(q, flt, 10), await index.search_sparse({3: 1.0}, flt, 10))
+    assert [i for i, _ in after[0]] == [i for i, _ in before[0]]
+    assert {i for i, _ in after[1]} == {i for i, _ in before[1]}
+    assert await index.count() == 200
+
+
 async def test_close_twice_is_fine(make_index: Factory) -> None:
     """close() is idempotent."""
     idx = make_index()
@@ -232,7 +577,8 @@ async def test_close_twice_is_fine(make_index: Factory) -> None:
 
 
 async def test_edge_and_local_server_agree(tmp_path: Path) -> None:
-    """Random points and filters: both adapters return the same ids and scores."""
+    """Random points and filters: both adapters return the same ids and scores on both legs,
+    and the same records."""
     rng = random.Random(7)
     edge, local = edge_factory(tmp_path)(), local_factory(tmp_path)()
     points = [
@@ -240,10 +586,17 @@ async def test_edge_and_local_server_agree(tmp_path: Path) -> None:
             [rng.gauss(0, 1) for _ in range(DIM)],
             tenant=rng.choice(["acme", "globex"]),
             user=rng.choice(["ann", "bob", None]),
+            agent=rng.choice(["bot", "helper", None]),
             session=rng.choice(["s1", "s2"]),
             type=rng.choice([MemoryType.FACT, MemoryType.RULE]),
             scope=rng.choice([Scope.USER, Scope.SESSION]),
             expires_at=rng.choice([None, NOW - 10, NOW + 10]),
+            occurred_at=NOW - rng.randrange(1000),
+            tags=tuple(rng.sample(["red", "blue", "green"], rng.randrange(3))),
+            sparse=rng.choice(
+                [None, {rng.randrange(40): rng.uniform(0.1, 2) for _ in range(rng.randrange(1, 6))}]
+            ),
+            record={"n": rng.randrange(1000)},
         )
         for _ in range(300)
     ]
@@ -252,6 +605,9 @@ async def test_edge_and_local_server_agree(tmp_path: Path) -> None:
         VectorFilter(tenant="globex", user="bob"),
         VectorFilter(tenant="acme", session="s2", types=(MemoryType.RULE,), now=NOW),
         VectorFilter(tenant="globex", scopes=(Scope.SESSION,), user="ann"),
+        VectorFilter(tenant="acme", tags=("red",), occurred_from=NOW - 500),
+        VectorFilter(tenant="acme", user="ann", exclude_agent="bot", occurred_to=NOW - 200),
+        VectorFilter(tenant="globex", agent="helper", tags=("blue",)),
     ]
     try:
         for idx in (edge, local):
@@ -262,6 +618,14 @@ async def test_edge_and_local_server_agree(tmp_path: Path) -> None:
             a, b = await edge.search(q, flt, 10), await local.search(q, flt, 10)
             assert [i for i, _ in a] == [i for i, _ in b]
             assert [s for _, s in a] == pytest.approx([s for _, s in b], abs=1e-4)
+            terms = {rng.randrange(40): 1.0 for _ in range(4)}
+            sa = await edge.search_sparse(terms, flt, 300, with_records=True)
+            sb = await local.search_sparse(terms, flt, 300, with_records=True)
+            assert {i: (pytest.approx(s, rel=1e-4), r) for i, s, r in sa} == {
+                i: (s, r) for i, s, r in sb
+            }
+        some = [p.id for p in points[:50]]
+        assert await edge.fetch("acme", some) == await local.fetch("acme", some)
     finally:
         await edge.close()
         await local.close()
@@ -282,7 +646,10 @@ async def test_edge_data_survives_close_and_reopen(tmp_path: Path) -> None:
     assert await second.search(axis(0), VectorFilter(tenant="acme", user="ann", now=NOW), 3) == [
         (p.id, pytest.approx(1.0, abs=1e-5))
     ]
-    assert set(second.shard.info().payload_schema) >= {"tenant", "user", "expires_at"}
+    assert set(second.shard.info().payload_schema) >= {"tenant", "user", "expires_at", "tags"}
+    assert [
+        i for i, _ in await second.search_sparse({WORD: 1.0}, VectorFilter(tenant="acme"), 3)
+    ] == [p.id]
     await second.close()
 
 
