@@ -35,8 +35,6 @@ from memstream.schemas.subjects import STAGES, Subjects
 from memstream.storage.ports import Embedder, VectorIndex
 from memstream.storage.postgres import PgStore
 
-RECONCILE_EVERY_S = 5.0
-
 
 def _sanitized(exc: ValidationError) -> str:
     """Field paths and messages only: never the input values (they may hold secrets)."""
@@ -185,16 +183,20 @@ class Worker:
             log.info("sweep.expired", count=len(removed))
         return len(removed)
 
+    async def maintain_once(self) -> None:
+        """One maintenance round: (re)create the collection if the server came back, index
+        what waited, expire what is due, and let the engine build its indexes."""
+        await self.vectors.ensure(self.embedder.dim)
+        await self.reconcile_once()
+        await self.sweep_once()
+        if await self.vectors.optimize():
+            log.info("vector_index.optimized")
+
     async def _reconcile_forever(self) -> None:
-        ticks = 0
         while True:
-            await asyncio.sleep(RECONCILE_EVERY_S)
-            ticks += 1
+            await asyncio.sleep(self.settings.sweep_every_s)
             try:
-                await self.reconcile_once()
-                if ticks * RECONCILE_EVERY_S >= self.settings.sweep_every_s:
-                    ticks = 0
-                    await self.sweep_once()
+                await self.maintain_once()
             except MemstreamError as exc:
                 log.warning("maintenance.failed", error=type(exc).__name__)
 

@@ -17,24 +17,30 @@ from memstream.consumers.embedded import EmbeddedNats, EmbeddedPostgres
 from memstream.consumers.logs import configure, log
 from memstream.pipeline.redact import Redactor
 from memstream.producers.client import STACK_FILE
-from memstream.schemas.errors import ConfigurationError
+from memstream.schemas.errors import ConfigurationError, StorageUnavailable
 from memstream.schemas.settings import Settings
 from memstream.storage.embedding import make_embedder
-from memstream.storage.ports import VectorIndex
+from memstream.storage.ports import Embedder, VectorIndex
 from memstream.storage.postgres import PgStore
 
 
-def make_vector_index(settings: Settings) -> VectorIndex:
+def make_vector_index(settings: Settings, dim: int = 0) -> VectorIndex:
     if settings.qdrant_url:
         from memstream.storage.qdrant_server import ServerVectorIndex
 
         key = settings.qdrant_api_key.get_secret_value() if settings.qdrant_api_key else None
         return ServerVectorIndex(
-            url=settings.qdrant_url, api_key=key, collection=settings.collection
+            url=settings.qdrant_url,
+            api_key=key,
+            collection=settings.collection,
+            idf_scope=settings.idf_scope,
+            dim=dim,
         )
     from memstream.storage.qdrant_edge import EdgeVectorIndex
 
-    return EdgeVectorIndex(settings.state_dir / "qdrant" / settings.collection)
+    return EdgeVectorIndex(
+        settings.state_dir / "qdrant" / settings.collection, idf_scope=settings.idf_scope
+    )
 
 
 @dataclass
@@ -50,7 +56,7 @@ class Stack:
     schema: str = "public"
 
     @classmethod
-    async def open(cls, settings: Settings, schema: str = "public") -> Stack:
+    async def open(cls, settings: Settings, schema: str = "public", dim: int = 0) -> Stack:
         embedded: list[Any] = []
         state = settings.state_dir
         try:
@@ -67,7 +73,7 @@ class Stack:
                 embedded.append(p)
                 db = p.dsn
             pg = await PgStore.connect(db, schema=schema)
-            vectors = make_vector_index(settings)
+            vectors = make_vector_index(settings, dim)
         except BaseException:
             for e in reversed(embedded):
                 e.stop()
@@ -81,20 +87,30 @@ class Stack:
             await asyncio.to_thread(e.stop)
 
 
-def make_worker(stack: Stack) -> Worker:
+def make_worker(stack: Stack, embedder: Embedder | None = None) -> Worker:
     s = stack.settings
-    embedder = make_embedder(s.embedding_model, s.embedding_path)
+    embedder = embedder or make_embedder(s.embedding_model, s.embedding_path)
     redactor = Redactor(key=s.redaction_key.get_secret_value().encode())
     return Worker(s, stack.nats_url, stack.pg, stack.vectors, embedder, redactor)
+
+
+async def ensure_index(worker: Worker) -> None:
+    """Create the collection; if the vector server is down, start degraded (keyword recall
+    from Postgres, memories kept unindexed) and let the maintenance loop retry."""
+    try:
+        await worker.vectors.ensure(worker.embedder.dim)
+    except StorageUnavailable:
+        log.warning("startup.vector_index_unreachable", action="starting degraded")
 
 
 async def serve(settings: Settings, announce: bool) -> int:
     configure(settings.log_level)
     settings.state_dir.mkdir(parents=True, exist_ok=True)
     try:
-        stack = await Stack.open(settings)
-        worker = make_worker(stack)
-        await worker.vectors.ensure(worker.embedder.dim)
+        embedder = make_embedder(settings.embedding_model, settings.embedding_path)
+        stack = await Stack.open(settings, dim=embedder.dim)
+        worker = make_worker(stack, embedder)
+        await ensure_index(worker)
         await worker.start()
     except ConfigurationError as exc:
         log.error("startup.failed", error=str(exc))

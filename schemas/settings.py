@@ -7,6 +7,7 @@ embedded stack starts its own NATS, PostgreSQL and Qdrant Edge under ``state_dir
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 from pydantic import BaseModel, Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -32,6 +33,9 @@ class Settings(BaseSettings):
     state_dir: Path = Path(".memstream")
 
     collection: str = "memories"
+    # IDF statistics of the keyword leg: per tenant (no tenant's text moves another's scores),
+    # per owner, or over the whole collection (fastest). See docs/recall.md.
+    idf_scope: Literal["tenant", "owner", "collection"] = "tenant"
     embedding_model: str | None = None  # a fastembed model name; default: the packaged static model
     embedding_path: Path | None = None  # a local model directory
     # Keys the redaction placeholders (same value -> same token within a tenant).

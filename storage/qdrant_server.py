@@ -157,7 +157,11 @@ class ServerVectorIndex:
         timeout: int = 10,
         check_compatibility: bool = True,
         idf_scope: IdfScope = "tenant",
+        dim: int = 0,
     ) -> None:
+        """``dim``: the dense size, when known before ``ensure()`` (a worker that starts while
+        the server is down searches, fails with ``StorageUnavailable`` and degrades, instead of
+        refusing to start)."""
         if url is not None:
             self._client = AsyncQdrantClient(
                 url=url,
@@ -172,7 +176,7 @@ class ServerVectorIndex:
         self.collection = collection
         self.vector_name = vector_name
         self.idf_scope = idf_scope
-        self._dim = 0
+        self._dim = dim
 
     async def _call(self, action: str, call: Awaitable[T]) -> T:
         try:

@@ -21,6 +21,7 @@ from memstream.consumers.run import Stack, make_worker
 from memstream.consumers.topology import topology
 from memstream.producers.client import MemoryClient
 from memstream.schemas.settings import Settings
+from memstream.storage.embedding import make_embedder
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -82,9 +83,10 @@ async def bench_stack(keep: bool = False) -> AsyncIterator[Bench]:
                 "collection": f"{base.collection}_{namespace}",
             }
         )
-        stack = await Stack.open(settings, schema=namespace)
-        worker = make_worker(stack)
-        await worker.vectors.ensure(worker.embedder.dim)
+        embedder = make_embedder(settings.embedding_model, settings.embedding_path)
+        stack = await Stack.open(settings, schema=namespace, dim=embedder.dim)
+        worker = make_worker(stack, embedder)
+        await worker.vectors.ensure(embedder.dim)
         await worker.start()
         try:
             yield Bench(settings, stack, worker)

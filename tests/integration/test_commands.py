@@ -96,9 +96,13 @@ async def test_forget_hides_at_once_everywhere(running) -> None:  # type: ignore
 async def test_erasure_removes_memories_vectors_and_raw_turns(running) -> None:  # type: ignore[no-untyped-def]
     """forget_owner leaves nothing of the owner in Postgres, Qdrant or MEM_TURNS; others stay."""
     async with running.client("acme", user="eve") as eve, running.client("acme", user="fay") as fay:
-        plans = ["buy tulips at the Saturday market", "repaint the garage door green",
-                 "learn three chords on the ukulele", "book a cabin near the lake in May",
-                 "call the plumber about the kitchen sink"]
+        plans = [
+            "buy tulips at the Saturday market",
+            "repaint the garage door green",
+            "learn three chords on the ukulele",
+            "book a cabin near the lake in May",
+            "call the plumber about the kitchen sink",
+        ]
         for i, plan in enumerate(plans):
             await eve.publish_turn([("user", f"eve plan: {plan}")], session=f"s{i % 2}")
         await fay.publish_turn([("user", "fay likes tulips too")])

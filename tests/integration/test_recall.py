@@ -35,7 +35,10 @@ async def seed(running, user: str = "zoe") -> dict[str, str]:  # type: ignore[no
     ).id
     ids["note"] = (
         await mem.remember(
-            "Session note: we compared tea brands today", type="todo", scope="session", session="s-7"
+            "Session note: we compared tea brands today",
+            type="todo",
+            scope="session",
+            session="s-7",
         )
     ).id
     await mem.close()
@@ -156,7 +159,10 @@ async def test_degrades_to_postgres_when_the_vector_index_is_down(running) -> No
     """With the Qdrant server unreachable, Postgres full-text search answers."""
     ids = await seed(running)
     down = ServerVectorIndex(
-        url=f"http://127.0.0.1:{free_port()}", timeout=1, check_compatibility=False
+        url=f"http://127.0.0.1:{free_port()}",
+        timeout=1,
+        check_compatibility=False,
+        dim=running.worker.embedder.dim,
     )
     svc = RecallService(running.pg, down, running.worker.embedder)
     reply = await svc.recall(RecallRequest(tenant="acme", user="zoe", query="green tea"))
@@ -184,7 +190,10 @@ async def test_no_store_answers_gives_an_error_code(running) -> None:  # type: i
     """Index and Postgres both down: the agent gets 'unavailable', not a hang or a crash."""
     await seed(running)
     running.worker.recall.vectors = ServerVectorIndex(
-        url=f"http://127.0.0.1:{free_port()}", timeout=1, check_compatibility=False
+        url=f"http://127.0.0.1:{free_port()}",
+        timeout=1,
+        check_compatibility=False,
+        dim=running.worker.embedder.dim,
     )
     await running.pg.close()
     async with running.client("acme", user="zoe") as mem:

@@ -1,0 +1,109 @@
+"""Redaction: rules that decide what is not a secret, the prefilter, and non-ASCII offsets."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from memstream.pipeline.redact import Redactor
+
+KEY = b"unit-test-key"
+
+
+@pytest.fixture(scope="module")
+def redactor() -> Redactor:
+    return Redactor(key=KEY)
+
+
+@pytest.mark.parametrize(
+    ("text", "redacted"),
+    [
+        ("passwd = m1x{e}d!V4lue;", False),  # C-family statement: unquoted rhs is an expression
+        ("secret[] = m1x{e}d!V4lue;", False),  # array declaration, same
+        ('passwd = "m1x{e}d!V4lue";', True),  # a quoted literal in code
+        ("passwd = m1x{e}d!V4lue", True),  # config line
+        ("export PASSWD=m1x{e}d!V4lue; ./run", True),  # shell: no spaces, a literal
+        ("passwd: m1x{e}d!V4lue;", True),  # YAML/prose colon: not a code statement
+    ],
+)
+def test_unquoted_values_of_code_statements(redactor: Redactor, text: str, redacted: bool) -> None:
+    out = redactor.redact(text, tenant="t")
+    assert ("m1x{e}d!V4lue" not in out.text) is redacted
+
+
+def test_json_member_names_are_not_tokens(redactor: Redactor) -> None:
+    """A random-looking string used as a JSON member name is a name; as a value it is a token."""
+    token = "c098f218-face-c0fe-dea0-0199cba"
+    assert redactor.redact(f'{{"{token}": "x"}}', tenant="t").counts == {}
+    assert redactor.redact(f'{{"x": "{token}"}}', tenant="t").counts == {"API_KEY": 1}
+
+
+def test_speaker_label_after_name_question(redactor: Redactor) -> None:
+    """'What's the name on the account? User: Ann Lee': the answer is the name, not 'User'."""
+    text = "Bot: What's the name on the account? User: Ann Lee\n"
+    out = redactor.redact(text, tenant="t")
+    assert out.text.startswith("Bot: What's the name on the account? User: [PERSON:")
+    assert [text[s.start : s.end] for s in out.spans] == ["Ann Lee"]
+
+
+def test_non_ascii_offsets(redactor: Redactor) -> None:
+    """Spans are str offsets even when multi-byte characters precede the values."""
+    text = "Zoë née Müller 日本 — mail zoe.m@example.com or call +49 30 1234567 😀 ok"
+    out = redactor.redact(text, tenant="t")
+    values = {s.label: text[s.start : s.end] for s in out.spans}
+    assert values["PHONE"] == "+49 30 1234567"
+    assert values["EMAIL"] == "zoe.m@example.com"
+    assert out.text.endswith(" 😀 ok")
+
+
+def test_values_next_to_placeholders_are_still_found(redactor: Redactor) -> None:
+    """The re-check around new placeholders runs, and existing placeholders are never touched."""
+    first = redactor.redact("[EMAIL:0123abcd] password=hunter22x and bob@x.io", tenant="t")
+    assert first.text.startswith("[EMAIL:0123abcd] password=[PASSWORD:")
+    assert "bob@x.io" not in first.text
+    assert redactor.redact(first.text, tenant="t").text == first.text
+
+
+_alphabet = st.sampled_from(
+    [
+        *"aéß日😀X09 .,:;@-_=+/'\"\n()[]{}",
+        "password = ",
+        "secret: ",
+        "User: ",
+        "What's the name on the account? ",
+        "4111 1111 1111 1111",
+        "zoë@x.io",
+        "10.0.0.1",
+        "ghp_0123456789abcdefghijABCDEFGHIJ012345",
+        "[EMAIL:0123abcd]",
+        "[API_KEY:89abcdef]",
+    ]
+)
+_texts = st.lists(_alphabet, max_size=40).map("".join)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(_texts)
+def test_idempotent_and_outside_spans_unchanged_non_ascii(text: str) -> None:
+    """The properties of test_redact.py, on text mixing multi-byte characters and secrets."""
+    r = _shared()
+    out = r.redact(text, tenant="t")
+    assert r.redact(out.text, tenant="t").text == out.text
+    rebuilt, pos = [], 0
+    for s in out.spans:
+        assert pos <= s.start < s.end <= len(text)
+        rebuilt.append(text[pos : s.start])
+        rebuilt.append(r.placeholder(s.label, text[s.start : s.end], "t"))
+        pos = s.end
+    rebuilt.append(text[pos:])
+    assert "".join(rebuilt) == out.text
+
+
+_SHARED: list[Redactor] = []
+
+
+def _shared() -> Redactor:
+    if not _SHARED:
+        _SHARED.append(Redactor(key=KEY))
+    return _SHARED[0]
