@@ -19,7 +19,7 @@ once, at construction.
 
 from __future__ import annotations
 
-import hashlib
+import bisect
 import hmac
 from collections import Counter
 from collections.abc import Iterable
@@ -29,7 +29,19 @@ import re2
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from memstream.pipeline.redact import _assign, _cues, _pii, _secrets
-from memstream.pipeline.redact._core import P_DENY, Candidate, Detector, compile_re2, resolve
+from memstream.pipeline.redact._core import (
+    P_DENY,
+    Candidate,
+    Detector,
+    compile_re2,
+    compile_set,
+    finditer,
+    placeholders,
+    resolve,
+)
+from memstream.pipeline.redact._core import (
+    PLACEHOLDER as PLACEHOLDER,
+)
 from memstream.pipeline.redact._gitleaks import GitleaksRules
 
 __all__ = ["LABELS", "DenyPattern", "Redacted", "RedactionPolicy", "Redactor", "Span"]
@@ -53,8 +65,6 @@ LABELS: frozenset[str] = frozenset(
         "ADDRESS",
     ]
 )
-PLACEHOLDER = r"\[[A-Z][A-Z0-9_]{0,31}:[0-9a-f]{8}\]"
-_PLACEHOLDER = compile_re2(PLACEHOLDER)
 _MAX_ROUNDS = 4
 _WINDOW = 160  # context any detector looks at around a value, in characters
 
@@ -111,29 +121,54 @@ class Redacted(NamedTuple):
 
 
 # Detectors by the labels they can produce; a detector runs if any of its labels is enabled.
-_DETECTORS: tuple[tuple[frozenset[str], Detector], ...] = (
-    (frozenset({"PRIVATE_KEY"}), _secrets.pem_blocks),
-    (frozenset({"PRIVATE_KEY"}), _secrets.encoded_keys),
-    (frozenset({"PRIVATE_KEY"}), _secrets.key_material),
-    (frozenset({"JWT"}), _secrets.jwts),
-    (frozenset({"API_KEY"}), _secrets.random_tokens),
-    (frozenset({"PASSWORD"}), _secrets.url_credentials),
-    (frozenset({"PASSWORD", "API_KEY"}), _assign.assignments),
-    (frozenset({"EMAIL"}), _pii.emails),
-    (frozenset({"CREDIT_CARD"}), _pii.cards),
-    (frozenset({"IBAN"}), _pii.ibans),
-    (frozenset({"IP_ADDRESS"}), _pii.ips),
-    (frozenset({"US_SSN"}), _pii.ssns),
-    (frozenset({"NATIONAL_ID", "PASSPORT", "DRIVER_LICENSE"}), _pii.national_ids),
-    (frozenset({"PERSON"}), _cues.names),
-    (frozenset({"ADDRESS"}), _cues.addresses),
+# The third column is the detector's trigger: an RE2 pattern, over the lower-cased text with
+# placeholders blanked out, that every candidate the detector can produce (outside a
+# placeholder) contains. All triggers run as one RE2 set; a detector whose trigger does not
+# occur has nothing to find and is skipped. ``None``: the detector always runs (its cues
+# are too common for a prefilter to pay).
+_DETECTORS: tuple[tuple[frozenset[str], Detector, str | None], ...] = (
+    (frozenset({"PRIVATE_KEY"}), _secrets.pem_blocks, r"-----begin"),
+    (frozenset({"PRIVATE_KEY"}), _secrets.encoded_keys, r"[a-z0-9+/]{32}"),
+    (
+        frozenset({"PRIVATE_KEY"}),
+        _secrets.key_material,
+        r'"(?:kty|d|k|p|q|dp|dq|qi)"\s*:|s[uancoxp][a-z2-7]{56}|swmkey-1-|age-secret-key-1',
+    ),
+    (frozenset({"JWT"}), _secrets.jwts, r"eyj"),
+    (frozenset({"API_KEY"}), _secrets.random_tokens, r"[a-z0-9][a-z0-9_\-+/=.~%|]{15}"),
+    (frozenset({"PASSWORD"}), _secrets.url_credentials, r"://"),
+    (
+        frozenset({"PASSWORD", "API_KEY"}),
+        _assign.assignments,
+        # every secret name contains one of these; a name inside a placeholder can only
+        # yield a value that overlaps the placeholder, so blanking placeholders is safe
+        r"pass|pwd|pw|secret|cred|token|key|identified|-string",
+    ),
+    (frozenset({"EMAIL"}), _pii.emails, r"@"),
+    (frozenset({"CREDIT_CARD"}), _pii.cards, r"\d{4}"),
+    (frozenset({"IBAN"}), _pii.ibans, r"[a-z]{2}\d{2}"),
+    (frozenset({"IP_ADDRESS"}), _pii.ips, r"\d\.\d|:[0-9a-f:]"),
+    (frozenset({"US_SSN"}), _pii.ssns, r"\d{3}[\- .]?\d{2}"),
+    (frozenset({"NATIONAL_ID", "PASSPORT", "DRIVER_LICENSE"}), _pii.national_ids, None),
+    (frozenset({"PERSON"}), _cues.names, None),
+    (frozenset({"ADDRESS"}), _cues.addresses, r"\d|usns|uss|usnv|uscgc"),
 )
+_PHONE_TRIGGER = r"\d[\d\-. /()]{5}"
 
 
 class Redactor:
     """Compiled detectors for one policy. Immutable after construction; thread-safe."""
 
-    __slots__ = ("_allow", "_deny", "_detectors", "_key", "_labels", "gitleaks_skipped")
+    __slots__ = (
+        "_allow",
+        "_always",
+        "_deny",
+        "_gated",
+        "_key",
+        "_labels",
+        "_triggers",
+        "gitleaks_skipped",
+    )
 
     def __init__(self, key: bytes, policy: RedactionPolicy | None = None) -> None:
         if not key:
@@ -143,15 +178,19 @@ class Redactor:
         self._labels = policy.labels
         self._allow = frozenset(a.strip().lower() for a in policy.allow)
         self._deny = tuple((compile_re2(_deny_regex(d)), d.label) for d in policy.deny if d.pattern)
-        detectors: list[Detector] = [d for labels, d in _DETECTORS if labels & policy.labels]
+        table: list[tuple[Detector, str | None]] = [
+            (d, trigger) for labels, d, trigger in _DETECTORS if labels & policy.labels
+        ]
         if "PHONE" in policy.labels:
-            detectors.append(_pii.PhoneValidator())
+            table.append((_pii.PhoneValidator(), _PHONE_TRIGGER))
         self.gitleaks_skipped: dict[str, str] = {}
         if "API_KEY" in policy.labels:
-            rules = GitleaksRules.load()
+            rules = GitleaksRules.load()  # prefilters itself, on its keywords
             self.gitleaks_skipped = rules.skipped
-            detectors.append(rules)
-        self._detectors = tuple(detectors)
+            table.append((rules, None))
+        self._always = tuple(d for d, trigger in table if trigger is None)
+        self._gated = tuple(d for d, trigger in table if trigger is not None)
+        self._triggers = compile_set([t for _, t in table if t is not None])
 
     def __repr__(self) -> str:
         return f"Redactor(labels={sorted(self._labels)}, key=<hidden>)"
@@ -159,7 +198,8 @@ class Redactor:
     def redact(self, text: str, tenant: str) -> Redacted:
         """Replace every detected value with its placeholder; see the module docstring."""
         spans = [Span(c.start, c.end, c.label) for c in self._detect(text)]
-        current = self._render(text, spans, tenant) if spans else text
+        tokens: dict[Span, str] = {}
+        current = self._render(text, spans, tenant, tokens) if spans else text
         fresh = spans
         for _ in range(_MAX_ROUNDS - 1):
             # A replacement changes the context of its neighbours only: re-check the text
@@ -171,16 +211,30 @@ class Redactor:
             fresh = _to_original(found, spans)
             spans = sorted(spans + fresh, key=lambda s: s.start)
             if fresh:
-                current = self._render(text, spans, tenant)
+                current = self._render(text, spans, tenant, tokens)
         counts = Counter(s.label for s in spans)
         return Redacted(current, dict(counts), spans)
 
     def _detect_near(self, text: str, ranges: list[tuple[int, int]]) -> list[Candidate]:
+        # Each window runs from the start of the line _WINDOW characters before a placeholder
+        # to the end of the line _WINDOW characters after it. Ranges are sorted and disjoint,
+        # so line ends are searched only past what was already searched (linear overall,
+        # even on a megabyte without line breaks).
         windows: list[tuple[int, int]] = []
+        searched, line_end = -1, -1  # line_end: first "\n" (or the end) at or after searched
         for s, e in ranges:
-            ws = text.rfind("\n", 0, max(0, s - _WINDOW)) + 1
-            we = text.find("\n", min(len(text), e + _WINDOW))
-            we = len(text) if we < 0 else we
+            lo = max(0, s - _WINDOW)
+            prev_end = windows[-1][1] if windows else 0
+            if windows and lo <= prev_end:
+                ws = prev_end  # its line starts at or before the previous window's end
+            else:
+                nl = text.rfind("\n", prev_end, lo)
+                ws = nl + 1 if nl >= 0 else prev_end
+            hi = min(len(text), e + _WINDOW)
+            if hi > line_end or hi < searched:
+                found = text.find("\n", hi)
+                searched, line_end = hi, len(text) if found < 0 else found
+            we = line_end
             if windows and ws <= windows[-1][1]:
                 windows[-1] = (windows[-1][0], max(we, windows[-1][1]))
             else:
@@ -194,31 +248,48 @@ class Redactor:
 
     def _detect(self, text: str) -> list[Candidate]:
         lower = text.lower()
-        protected = (
-            [(m.start(), m.end()) for m in _PLACEHOLDER.finditer(text)] if "[" in text else []
-        )
+        protected = placeholders(text)
+        masked = lower
+        if protected:
+            parts: list[str] = []
+            pos = 0
+            for ps, pe in protected:
+                parts.append(lower[pos:ps])
+                parts.append(" " * (pe - ps))
+                pos = pe
+            parts.append(lower[pos:])
+            masked = "".join(parts)
         cands: list[Candidate] = []
         for regex, label in self._deny:
-            cands.extend(Candidate(m.start(), m.end(), label, P_DENY) for m in regex.finditer(text))
-        for detector in self._detectors:
+            cands.extend(
+                Candidate(m.start(), m.end(), label, P_DENY) for m in finditer(regex, text)
+            )
+        detectors = list(self._always)
+        if self._gated:
+            detectors.extend(self._gated[i] for i in sorted(self._triggers.Match(masked) or ()))
+        for detector in detectors:
             for c in detector(text, lower):
                 if c.label in self._labels or c.priority == P_DENY:
                     cands.append(c)
+        if protected:
+            # a candidate overlapping a placeholder is void, and must not shadow others
+            cands = [c for c in cands if not _overlaps(c, protected)]
         out = []
         for c in resolve(cands):
-            if any(c.start < pe and ps < c.end for ps, pe in protected):
-                continue
             if self._allow and text[c.start : c.end].strip().lower() in self._allow:
                 continue
             out.append(c)
         return out
 
-    def _render(self, text: str, spans: list[Span], tenant: str) -> str:
+    def _render(self, text: str, spans: list[Span], tenant: str, tokens: dict[Span, str]) -> str:
         parts: list[str] = []
         pos = 0
         for s in spans:
             parts.append(text[pos : s.start])
-            parts.append(self.placeholder(s.label, text[s.start : s.end], tenant))
+            token = tokens.get(s)
+            if token is None:
+                token = tokens[s] = self.placeholder(s.label, text[s.start : s.end], tenant)
+            parts.append(token)
             pos = s.end
         parts.append(text[pos:])
         return "".join(parts)
@@ -226,8 +297,15 @@ class Redactor:
     def placeholder(self, label: str, value: str, tenant: str) -> str:
         """The token for ``value`` under ``label`` in ``tenant``."""
         msg = tenant.encode() + b"\x00" + _normalise(label, value).encode()
-        digest = hmac.new(self._key, msg, hashlib.sha256).hexdigest()[:8]
+        digest = hmac.digest(self._key, msg, "sha256")[:4].hex()
         return f"[{label}:{digest}]"
+
+
+def _overlaps(c: Candidate, protected: list[tuple[int, int]]) -> bool:
+    i = bisect.bisect_right(protected, (c.start, 1 << 62))
+    if i and protected[i - 1][1] > c.start:
+        return True
+    return i < len(protected) and protected[i][0] < c.end
 
 
 def _deny_regex(d: DenyPattern) -> str:

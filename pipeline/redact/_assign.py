@@ -10,7 +10,15 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from memstream.pipeline.redact._core import P_CREDENTIAL, Candidate, compile_re2, finditer
+from memstream.pipeline.redact._core import (
+    P_CREDENTIAL,
+    Candidate,
+    Match,
+    compile_re2,
+    finditer,
+    in_placeholder,
+    placeholders,
+)
 
 _KEYWORD = (
     r"(?:pass(?:word|wd|phrase|code)?|pwd|pw|secrete?|creds?|credentials?|token"
@@ -100,9 +108,12 @@ _STOP_PARTS = ("fake", "example", "dummy", "placeholder", "your_", "your-", "xxx
 
 
 def assignments(text: str, lower: str) -> Iterator[Candidate]:
+    done = placeholders(text)  # a value starting inside one is void: skip it early
     for m in finditer(_ASSIGN, text):
         name_start = m.start(1)
         if name_start > 0 and (text[name_start - 1].isalnum()):
+            continue
+        if done and in_placeholder(done, _value_start(m)):
             continue
         name = m.group(1)
         if _KEY_SKIP.search(_strip_keyword(name)):
@@ -116,13 +127,16 @@ def assignments(text: str, lower: str) -> Iterator[Candidate]:
         else:
             s, e = m.span(6)
             s, e = _unquoted_extent(text, name_start, s, e)
+            if _code_expression(text, m.end(1), s, e):
+                continue
             if natural:
                 while e > s and text[e - 1] in ".,;:?)":
                     e -= 1
                 if not _strong(text[s:e]):
                     continue
             yield from _value(text, s, e, label, quoted=False)
-    for m in finditer(_REVERSED, text):
+    comparisons = finditer(_REVERSED, text) if "==" in text or "!=" in text else []
+    for m in comparisons:
         yield from _value(text, m.start(1), m.end(1), _label(m.group(2)), quoted=True)
     for m in finditer(_CALL, text):
         groups = [g for g in range(1, _CALL.groups + 1) if m.group(g) is not None]
@@ -137,6 +151,13 @@ def assignments(text: str, lower: str) -> Iterator[Candidate]:
             if not quoted:
                 s, e = _unquoted_extent(text, m.start(), s, e)
             yield from _value(text, s, e, "PASSWORD", quoted)
+
+
+def _value_start(m: Match) -> int:
+    for g in range(2, 7):
+        if m.group(g) is not None:
+            return int(m.start(g))
+    return int(m.end())
 
 
 def _strip_keyword(name: str) -> str:
@@ -160,16 +181,43 @@ def _unquoted_extent(text: str, line_from: int, s: int, e: int) -> tuple[int, in
     cut = _OTHER_PAIR.search(value)
     if cut:
         e = s + cut.start()
-    line_start = text.rfind("\n", 0, line_from) + 1
-    if not cut and not text[line_start:line_from].strip():
-        line_end = text.find("\n", e)
-        line_end = len(text) if line_end < 0 else line_end
-        rest = text[e:line_end]
-        if rest.strip() and len(rest) < 100 and not _OTHER_PAIR.search(rest):
+    if not cut and _line_start(text, line_from):
+        # the rest of the line, if it is short (searched no further: linear on long lines)
+        line_end = text.find("\n", e, e + 100)
+        if line_end < 0 and len(text) - e < 100:
+            line_end = len(text)
+        rest = text[e:line_end] if line_end >= 0 else ""
+        if rest.strip() and not _OTHER_PAIR.search(rest):
             e = e + len(rest.rstrip())
     while e > s and text[e - 1] in ",;":
         e -= 1
     return s, e
+
+
+def _line_start(text: str, pos: int) -> bool:
+    """Only blanks between the start of the line and ``pos`` (walks back over the blanks)."""
+    i = pos
+    while i > 0 and text[i - 1] != "\n":
+        if not text[i - 1].isspace():
+            return False
+        i -= 1
+    return True
+
+
+def _code_expression(text: str, name_end: int, s: int, e: int) -> bool:
+    """``name = value;`` as a statement of C-family code: an unquoted right-hand side there is
+    an expression (identifier, macro, call), since string literals are always quoted.
+
+    Needs the spaced operator of code (``=``, ``:=``, ``=>``; shell's ``VAR=value;`` has no
+    spaces and stays a literal) and the ``;`` ending the line.
+    """
+    op = text[name_end:s].lstrip("[]0123456789")  # ``secret[] = ...``: an array declaration
+    if op.strip(" \t") not in ("=", ":=", "=>") or op[:1] not in " \t" or op[-1:] not in " \t":
+        return False
+    if not text.startswith(";", e):
+        return False
+    line_end = text.find("\n", e)
+    return not text[e + 1 : len(text) if line_end < 0 else line_end].strip()
 
 
 def _strong(value: str) -> bool:

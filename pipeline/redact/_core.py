@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import bisect
 import math
-from collections import Counter
+import re as stdlib_re
+from collections import _count_elements  # type: ignore[attr-defined]
 from collections.abc import Callable, Iterable
 from typing import Any, NamedTuple
 
@@ -21,7 +23,58 @@ Pattern = Any  # re2._Regexp has no public type
 
 def compile_re2(pattern: str) -> Pattern:
     """Compile with RE2 (linear time); raises ``re2.error`` on syntax RE2 does not support."""
-    return re2.compile(pattern, options=_OPTIONS)
+    return Regex(re2.compile(pattern, options=_OPTIONS))
+
+
+class Regex:
+    """A compiled RE2 pattern with a cheaper ``search`` than the google-re2 wrapper's.
+
+    The wrapper costs several microseconds per call (argument checks, byte/str offset
+    conversion in Python); ASCII text, the common case, needs no conversion at all.
+    """
+
+    __slots__ = ("_compiled", "_regexp", "groups", "pattern")
+
+    def __init__(self, compiled: Any) -> None:
+        self._compiled = compiled
+        self._regexp = compiled._regexp
+        self.groups: int = compiled.groups
+        self.pattern: str = compiled.pattern
+
+    def search(self, text: str, pos: int = 0, endpos: int | None = None) -> Match | None:
+        _, data, ends, _ = _encoded(text)
+        if ends is not None:  # non-ASCII: let the wrapper map the offsets
+            m = self._compiled.search(text, pos, len(text) if endpos is None else endpos)
+            return None if m is None else Match(text, [m.span(g) for g in range(self.groups + 1)])
+        end = len(text) if endpos is None else min(endpos, len(text))
+        if pos > end:
+            return None
+        spans = self._regexp.Match(_UNANCHORED, data, pos, end)
+        return None if spans[0][0] < 0 else Match(text, spans)
+
+    def sub(self, repl: str, text: str) -> str:
+        return str(self._compiled.sub(repl, text))
+
+
+class TriggerSet:
+    """Several RE2 patterns in one linear pass: which of them occur in a text."""
+
+    def __init__(self, patterns: list[str]) -> None:
+        options = re2.Options()
+        options.log_errors = False
+        self._set = re2.Set.SearchSet(options)
+        for p in patterns:
+            if self._set.Add(p) < 0:
+                raise re2.error(f"invalid trigger pattern: {p!r}")
+        self._set.Compile()
+        self._empty = not patterns
+
+    def Match(self, text: str) -> list[int]:
+        return [] if self._empty else list(self._set.Match(text) or ())
+
+
+def compile_set(patterns: list[str]) -> TriggerSet:
+    return TriggerSet(patterns)
 
 
 class Candidate(NamedTuple):
@@ -52,15 +105,23 @@ P_PERSON = 20
 def resolve(candidates: Iterable[Candidate]) -> list[Candidate]:
     """Non-overlapping subset: by priority, then length, then position; sorted by start."""
     ordered = sorted(candidates, key=lambda c: (-c.priority, -(c.end - c.start), c.start))
+    if not ordered:
+        return []
+    taken = bytearray(max(c.end for c in ordered))  # 1 where a chosen candidate lies
     chosen: list[Candidate] = []
     for cand in ordered:
-        if cand.end <= cand.start:
+        if cand.end <= cand.start or cand.start < 0:
             continue
-        if any(cand.start < other.end and other.start < cand.end for other in chosen):
+        if taken.find(1, cand.start, cand.end) >= 0:
             continue
+        taken[cand.start : cand.end] = b"\x01" * (cand.end - cand.start)
         chosen.append(cand)
     chosen.sort(key=lambda c: c.start)
     return chosen
+
+
+# c * log2(c) for small counts: entropy is computed for every token candidate
+_CLOG = [0.0] + [c * math.log2(c) for c in range(1, 1025)]
 
 
 def shannon_entropy(value: str) -> float:
@@ -68,7 +129,24 @@ def shannon_entropy(value: str) -> float:
     if not value:
         return 0.0
     n = len(value)
-    return -sum(c / n * math.log2(c / n) for c in Counter(value).values())
+    counts: dict[str, int] = {}
+    _count_elements(counts, value)  # Counter's C counting loop, without Counter's overhead
+    if n < len(_CLOG):
+        total = sum(map(_CLOG.__getitem__, counts.values()))
+    else:
+        total = sum(c * math.log2(c) for c in counts.values())
+    return max(0.0, math.log2(n) - total / n)
+
+
+DIGITS = b"0123456789"
+UPPERS = b"ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+LOWERS = b"abcdefghijklmnopqrstuvwxyz"
+
+
+def count_ascii(value: str, chars: bytes) -> int:
+    """How many characters of ``value`` are among the ASCII ``chars`` (counted in C)."""
+    data = value.encode("utf-8")
+    return len(data) - len(data.translate(None, chars))
 
 
 def luhn_ok(digits: str) -> bool:
@@ -85,7 +163,6 @@ def luhn_ok(digits: str) -> bool:
 
 
 _UNANCHORED = re2._Anchor.UNANCHORED
-_bytes_to_chars = re2._re2.BytesToCharLen
 
 
 class Match:
@@ -111,28 +188,89 @@ class Match:
         return None if s < 0 else self._text[s:e]
 
 
+PLACEHOLDER = r"\[[A-Z][A-Z0-9_]{0,31}:[0-9a-f]{8}\]"
+_PLACEHOLDER_RE: Any = None
+_last_placeholders: tuple[str, list[tuple[int, int]]] = ("", [])
+
+
+def placeholders(text: str) -> list[tuple[int, int]]:
+    """Spans of the placeholders in ``text`` (kept for the last text: detectors share it)."""
+    global _PLACEHOLDER_RE, _last_placeholders
+    if "[" not in text:
+        return []
+    cached = _last_placeholders
+    if cached[0] is text:
+        return cached[1]
+    if _PLACEHOLDER_RE is None:
+        _PLACEHOLDER_RE = compile_re2(PLACEHOLDER)
+    spans = [m.span() for m in finditer(_PLACEHOLDER_RE, text)]
+    _last_placeholders = (text, spans)
+    return spans
+
+
+def in_placeholder(spans: list[tuple[int, int]], pos: int) -> bool:
+    """True when ``pos`` lies inside one of ``spans`` (sorted, disjoint)."""
+    if not spans:
+        return False
+    i = bisect.bisect_right(spans, (pos, 1 << 62))
+    return i > 0 and spans[i - 1][1] > pos
+
+
+# The detectors scan one text many times: its UTF-8 form (and, for non-ASCII text, a table
+# to map byte offsets back to str offsets) is kept for the last text seen. One tuple,
+# replaced atomically, so concurrent callers at worst recompute it.
+_Encoded = tuple[str, bytes, list[int] | None, list[int]]
+_last_encoded: _Encoded = ("", b"", None, [])
+_NON_ASCII = stdlib_re.compile(r"[^\x00-\x7f]")  # one character class: linear, no backtracking
+
+
+def _encoded(text: str) -> _Encoded:
+    cached = _last_encoded
+    if cached[0] is text:
+        return cached
+    data = text.encode("utf-8")
+    ends: list[int] | None = None
+    extra: list[int] = []
+    if len(data) != len(text):
+        # byte offset just past each non-ASCII character, and the extra bytes up to there
+        ends = []
+        total = 0
+        for m in _NON_ASCII.finditer(text):
+            total += len(m.group().encode("utf-8")) - 1
+            ends.append(m.end() + total)
+            extra.append(total)
+    value: _Encoded = (text, data, ends, extra)
+    if len(text) > 256:
+        _set_last_encoded(value)
+    return value
+
+
+def _set_last_encoded(value: _Encoded) -> None:
+    global _last_encoded
+    _last_encoded = value
+
+
 def finditer(regex: Pattern, text: str, pos: int = 0, endpos: int | None = None) -> list[Match]:
     """All non-overlapping matches, like ``regex.finditer`` but with less per-match overhead.
 
     The google-re2 wrapper maps byte offsets to str offsets with a Python loop per match;
-    here the text is encoded once and offsets are converted incrementally, in C.
+    here the text is encoded once per text and offsets map back through a table of its
+    non-ASCII characters (none for ASCII text, the common case).
     """
-    ascii_text = text.isascii()
-    data = text.encode("utf-8")
-    if ascii_text:
+    _, data, ends, extra = _encoded(text)
+    if ends is None:
         bpos, bend = pos, len(data) if endpos is None else endpos
     else:
         bpos = len(text[:pos].encode("utf-8"))
         bend = len(data) if endpos is None else len(text[:endpos].encode("utf-8"))
     match = regex._regexp.Match
     out: list[Match] = []
-    last_b = last_c = 0
     while bpos <= bend:
         spans = match(_UNANCHORED, data, bpos, bend)
         s0, e0 = spans[0]
         if s0 < 0:
             break
-        if ascii_text:
+        if ends is None:
             out.append(Match(text, spans))
         else:
             conv: list[tuple[int, int]] = []
@@ -140,15 +278,9 @@ def finditer(regex: Pattern, text: str, pos: int = 0, endpos: int | None = None)
                 if s < 0:
                     conv.append((-1, -1))
                     continue
-                pair = []
-                for off in (s, e):
-                    if off >= last_b:
-                        last_c += _bytes_to_chars(data, last_b, off)
-                        last_b = off
-                        pair.append(last_c)
-                    else:
-                        pair.append(len(data[:off].decode("utf-8")))
-                conv.append((pair[0], pair[1]))
+                i = bisect.bisect_right(ends, s)
+                j = bisect.bisect_right(ends, e, i)
+                conv.append((s - (extra[i - 1] if i else 0), e - (extra[j - 1] if j else 0)))
             out.append(Match(text, conv))
         bpos = e0 + 1 if e0 == s0 else e0
     return out

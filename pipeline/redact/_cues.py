@@ -113,10 +113,17 @@ _NOT_NAMES = frozenset(
 
 
 def names(text: str, lower: str) -> Iterator[Candidate]:
-    for regex in (_CUES, _LINE_CUES, _SIGNOFF, _ANSWER):
+    regexes = [_CUES, _LINE_CUES]
+    if "\n" in text:
+        regexes.append(_SIGNOFF)  # a sign-off is followed by a line break
+    if "name" in lower:
+        regexes.append(_ANSWER)  # both of its questions contain "name"
+    for regex in regexes:
         for m in finditer(regex, text):
             for g in range(1, regex.groups + 1):
                 if m.group(g):
+                    if regex is _ANSWER and text.startswith(":", m.end(g)):
+                        break  # "User: ..." after the question: a speaker label, not the answer
                     yield from _name(text, m.start(g), m.end(g))
 
 

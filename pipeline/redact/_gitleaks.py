@@ -164,9 +164,15 @@ def _prose(secret: str) -> bool:
 
 
 def _compile_all(patterns: list[str], strict: bool = False) -> Iterator[Pattern]:
+    """One alternation of the patterns RE2 accepts ("any of them matches" in one scan)."""
+    ok: list[str] = []
     for p in patterns:
         try:
-            yield compile_re2(p)
+            compile_re2(p)
         except re2.error:
             if strict:
                 raise
+            continue
+        ok.append(p)
+    if ok:
+        yield compile_re2("|".join(f"(?:{p})" for p in ok))

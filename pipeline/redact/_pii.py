@@ -14,11 +14,13 @@ from stdnum import iban as std_iban
 from stdnum.us import ssn as std_ssn
 
 from memstream.pipeline.redact._core import (
+    DIGITS,
     P_ID,
     P_PHONE,
     P_VALIDATED,
     Candidate,
     compile_re2,
+    count_ascii,
     finditer,
     luhn_ok,
 )
@@ -175,7 +177,7 @@ class PhoneValidator:
                 s, value = s + 1, value[1:]
             if value.endswith(")") and "(" not in value:
                 e, value = e - 1, value[:-1]
-            digits = sum(ch.isdigit() for ch in value)
+            digits = count_ascii(value, DIGITS)
             if not 7 <= digits <= 15 or _DATE_LIKE.search(value) or value.count(".") == 3:
                 continue
             if _digit_neighbour(text, s, e) or (s > 0 and text[s - 1] in "+$€£"):
@@ -195,7 +197,7 @@ class PhoneValidator:
 
 def _valid_phone(value: str, cue: bool) -> bool:
     grouped = any(ch in value for ch in " -.()/")
-    if cue and (grouped or value.startswith("+") or sum(ch.isdigit() for ch in value) >= 9):
+    if cue and (grouped or value.startswith("+") or count_ascii(value, DIGITS) >= 9):
         # a cue word next to a grouped number is enough: national formats the metadata does
         # not know (short local numbers) are still phone numbers
         return True
@@ -237,7 +239,7 @@ def national_ids(text: str, lower: str) -> Iterator[Candidate]:
         parts = value.split(" ")
         if len(parts) > 1 and not all(p[:1].isdigit() for p in parts):
             value = parts[0]
-        if sum(ch.isdigit() for ch in value) < 4:
+        if count_ascii(value, DIGITS) < 4:
             continue
         cue = m.group(1).lower()
         label = "DRIVER_LICENSE" if "licen" in cue else "NATIONAL_ID"

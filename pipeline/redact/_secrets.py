@@ -9,15 +9,20 @@ from __future__ import annotations
 
 import base64
 import binascii
+import re as stdlib_re
 from collections.abc import Iterator
 
 from memstream.pipeline.redact._assign import _placeholder
 from memstream.pipeline.redact._core import (
+    DIGITS,
+    LOWERS,
     P_CREDENTIAL,
     P_PRIVATE_KEY,
     P_TOKEN,
+    UPPERS,
     Candidate,
     compile_re2,
+    count_ascii,
     finditer,
     shannon_entropy,
 )
@@ -42,7 +47,6 @@ def pem_blocks(text: str, lower: str) -> Iterator[Candidate]:
 
 
 _B64_RUN = compile_re2(r"(?:[A-Za-z0-9+/]{32,}={0,2}(?:(?:\\[rn])+[ \t]*|\s+)?)+")
-_B64_SKIP = compile_re2(r"\\[rn]|\s")
 
 
 def encoded_keys(text: str, lower: str) -> Iterator[Candidate]:
@@ -51,7 +55,8 @@ def encoded_keys(text: str, lower: str) -> Iterator[Candidate]:
         raw = m.group()
         if len(raw) < 64:
             continue
-        data = _B64_SKIP.sub("", raw[:_MAX_BLOCK])
+        # drop line breaks (real or escaped "\\n"/"\\r") and blanks between base64 lines
+        data = "".join(raw[:_MAX_BLOCK].replace("\\r", " ").replace("\\n", " ").split())
         data = data[: len(data) // 4 * 4]
         try:
             blob = base64.b64decode(data)
@@ -122,7 +127,6 @@ def url_credentials(text: str, lower: str) -> Iterator[Candidate]:
 
 # ---- random-looking tokens ---------------------------------------------------------------------
 _TOKEN = compile_re2(r"[A-Za-z0-9][A-Za-z0-9_\-+/=.~%|]{15,300}")
-_WORDISH = compile_re2(r"[A-Z]?[a-z]{4,}|[A-Z]{5,}")
 _DATA_URI = compile_re2(r"data:[\w/+.\-]{1,40};base64,[A-Za-z0-9+/=\s]*")
 _SEGMENT = compile_re2(r"[^/=&?]+")
 _DIGEST = compile_re2(r"(?i)(?:sha\d*|md5|digest|commit|hash)[:= ]$")
@@ -148,10 +152,10 @@ def random_tokens(text: str, lower: str) -> Iterator[Candidate]:
         while e > s and text[e - 1] in ".,|":
             e -= 1
         value = text[s:e]
-        if len(value) < 16 or _digest(text, s, value):
-            continue
+        if len(value) < 16 or not count_ascii(value, DIGITS) or _digest(text, s, value):
+            continue  # no digit: neither the token nor any of its segments looks random
         if not _url_or_path(text, s, value) and _looks_random(value):
-            if not _encoded_text(value):
+            if not _encoded_text(value) and not _json_key(text, s, e):
                 yield Candidate(s, e, "API_KEY", P_RANDOM)
             continue
         # a path or URL: its segments can still be tokens (".../token/<secret>")
@@ -162,9 +166,17 @@ def random_tokens(text: str, lower: str) -> Iterator[Candidate]:
                 yield Candidate(s + seg.start(), s + seg.end(), "API_KEY", P_RANDOM)
 
 
+def _json_key(text: str, s: int, e: int) -> bool:
+    """``{"<token>": ...}``: a quoted string followed by a colon names a member; the secrets of
+    a JSON object are its values."""
+    if not (s > 0 and text[s - 1] == '"' and text.startswith('"', e)):
+        return False
+    return text[e + 1 : e + 4].lstrip(" \t").startswith(":")
+
+
 def _digest(text: str, s: int, value: str) -> bool:
     """Content hashes labelled as such (``sha256:<hex>``) identify data; they are not keys."""
-    hexlike = all(ch in "0123456789abcdef" for ch in value.lower())
+    hexlike = not value.lower().encode("utf-8").translate(None, b"0123456789abcdef")
     return hexlike and _DIGEST.search(text[max(0, s - 8) : s]) is not None
 
 
@@ -179,24 +191,36 @@ def _url_or_path(text: str, s: int, value: str) -> bool:
 
 
 def _looks_random(value: str) -> bool:
-    digits = sum(ch.isdigit() for ch in value)
-    uppers = sum(ch.isupper() for ch in value)
-    lowers = sum(ch.islower() for ch in value)
-    if not digits or not (uppers or lowers):
+    # token characters are ASCII (``_TOKEN``), so class counts can run in C over bytes
+    data = value.encode("utf-8")
+    n = len(data)
+    digits = n - len(data.translate(None, DIGITS))
+    if not digits:
         return False
-    classes = (digits > 0) + (uppers > 0) + (lowers > 0)
+    uppers = n - len(data.translate(None, UPPERS))
+    lowers = n - len(data.translate(None, LOWERS))
+    if not (uppers or lowers):
+        return False
+    classes = 1 + (uppers > 0) + (lowers > 0)
     entropy = shannon_entropy(value)
     if entropy < (3.0 if len(value) < 24 else 3.3) or (classes < 3 and entropy < 3.3):
         return False
-    wordish = sum(
-        len(w) for w in (m.group() or "" for m in finditer(_WORDISH, value)) if _vowelly(w)
-    )
+    wordish = sum(len(w) for w in _WORDISH_RUNS.findall(value) if _vowelly(w))
     return wordish * 2 < len(value)
+
+
+# Letter runs, on a token of at most ~300 characters. stdlib ``re`` is safe here: each
+# alternative succeeds as soon as its minimum run is reached and fails within 5 characters,
+# so the scan is linear (no backtracking beyond a constant).
+_WORDISH_RUNS = stdlib_re.compile(r"[A-Z]?[a-z]{4,}|[A-Z]{5,}")
 
 
 def _vowelly(run: str) -> bool:
     """Letter runs of real words have vowels; random letters mostly do not."""
-    return sum(ch in "aeiouAEIOU" for ch in run) * 10 >= 3 * len(run)
+    return bool(count_ascii(run, b"aeiouAEIOU") * 10 >= 3 * len(run))
+
+
+_PRINTABLE = bytes(range(32, 127))
 
 
 def encoded_text(value: str) -> bool:
@@ -212,5 +236,5 @@ def _encoded_text(value: str) -> bool:
         raw = base64.b64decode(core + "=" * (-len(core) % 4))
     except (binascii.Error, ValueError):
         return False
-    printable = sum(32 <= b < 127 for b in raw)
+    printable = len(raw) - len(raw.translate(None, _PRINTABLE))
     return raw.count(b" ") >= 2 and printable >= 0.95 * len(raw)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -107,3 +109,20 @@ def _shared() -> Redactor:
     if not _SHARED:
         _SHARED.append(Redactor(key=KEY))
     return _SHARED[0]
+
+
+@pytest.mark.parametrize(
+    "chunk",
+    [
+        "ghp_0123456789abcdefghijABCDEFGHIJ012345 password=hunter2x é [EMAIL:0123abcd] ",
+        "Zoë née Müller 日本 +49 30 1234567 😀 key: ab12CD34ef56GH78ij90 ",
+    ],
+)
+def test_megabyte_line_dense_with_values_is_bounded(redactor: Redactor, chunk: str) -> None:
+    """1 MB on one line with a value every ~40 characters: linear work (no per-value rescans
+    of the line for window bounds, line starts or line ends)."""
+    text = (chunk * (1_000_000 // len(chunk) + 1))[:1_000_000]
+    started = time.perf_counter()
+    out = redactor.redact(text, tenant="t")
+    assert time.perf_counter() - started < 10.0
+    assert len(out.spans) > 20_000
