@@ -58,6 +58,10 @@ class Worker:
     _nc: Any = field(init=False, default=None)
     _reconciler: asyncio.Task[None] | None = field(init=False, default=None)
     _tasks: set[asyncio.Task[Any]] = field(init=False, default_factory=set)
+    _recall_sub: Any = field(init=False, default=None)
+    _recall_slots: asyncio.Semaphore = field(
+        init=False, default_factory=lambda: asyncio.Semaphore(64)
+    )
 
     async def start(self) -> None:
         s = Subjects(self.settings.namespace)
@@ -98,8 +102,10 @@ class Worker:
                 pull_sub=PullSub(batch_size=self.settings.stage.batch_size, timeout=1.0),
                 ack_policy=AckPolicy.MANUAL,
             )(self._handler(runner))
-        self.broker.subscriber(s.recall, queue=s.queue_group, ack_policy=AckPolicy.MANUAL)(
-            self._on_recall
+        # Recall is the hot path: a plain nats-py queue subscription (no broker middleware on
+        # the way; measured ~0.5 ms less per request), each request in its own task.
+        self._recall_sub = await self._nc.subscribe(
+            s.recall, queue=s.queue_group, cb=self._recall_message, pending_msgs_limit=100_000
         )
         for verb in VERBS:
             self.broker.subscriber(s.cmd(verb), queue=s.queue_group, ack_policy=AckPolicy.MANUAL)(
@@ -124,9 +130,19 @@ class Worker:
         handle.__name__ = f"cmd_{verb}"
         return handle
 
-    async def _on_recall(self, msg: NatsMessage) -> bytes:
+    async def _recall_message(self, msg: Any) -> None:
+        self._spawn(self._answer_recall(msg))
+
+    async def _answer_recall(self, msg: Any) -> None:
+        async with self._recall_slots:  # bounded concurrency; the rest wait in NATS's queue
+            data = await self.answer_recall(msg.data)
+        if msg.reply:
+            await msg.respond(data)
+
+    async def answer_recall(self, body: bytes) -> bytes:
+        """One recall request in, one reply (RecallReply or ErrorReply) out; never raises."""
         try:
-            req = RecallRequest.model_validate_json(msg.body)
+            req = RecallRequest.model_validate_json(body)
         except ValidationError as exc:
             self.recall.failed += 1
             return error_reply(ErrorCode.BAD_REQUEST, f"invalid recall request: {_sanitized(exc)}")
@@ -205,6 +221,8 @@ class Worker:
             self._reconciler.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._reconciler
+        if self._recall_sub is not None:
+            await self._recall_sub.drain()
         await self.broker.stop()
         if self._tasks:
             await asyncio.gather(*self._tasks, return_exceptions=True)

@@ -199,20 +199,66 @@ async def load(bench: Any, tenant: str, n: int, rng: random.Random, label: str) 
         progress(label, min(n, offset + 2000), n, started)
 
 
-async def measure(clients: list[Any], queries: list[str], top_k: int) -> list[float]:
+async def client_run(spec: dict[str, Any]) -> dict[str, Any]:
+    """The agent side of the measurement (run in its own process): ``clients`` SDK clients,
+    each sending its share of the queries one after the other."""
+    from memstream.producers.client import MemoryClient
+
+    clients = [
+        await MemoryClient(
+            spec["tenant"],
+            user=spec["user"],
+            nats_url=spec["nats_url"],
+            namespace=spec["namespace"],
+        ).connect()
+        for _ in range(spec["clients"])
+    ]
     latencies: list[float] = []
 
-    async def one_client(c: Any, qs: list[str]) -> None:
+    async def one(c: Any, qs: list[str]) -> None:
         for q in qs:
             t0 = time.perf_counter()
-            await c.recall(q, top_k=top_k)
+            await c.recall(q, top_k=spec["top_k"], cache=False)  # the search, not the cache
             latencies.append((time.perf_counter() - t0) * 1000)
 
+    queries: list[str] = spec["queries"]
+    await one(clients[0], queries[: min(50, len(queries))])  # warm-up
+    latencies.clear()
     share = len(queries) // len(clients)
+    t0 = time.perf_counter()
     await asyncio.gather(
-        *(one_client(c, queries[i * share : (i + 1) * share]) for i, c in enumerate(clients))
+        *(one(c, queries[i * share : (i + 1) * share]) for i, c in enumerate(clients))
     )
-    return latencies
+    wall = time.perf_counter() - t0
+    for c in clients:
+        await c.close()
+    return {"latencies": latencies, "wall_s": wall}
+
+
+async def measure(bench: Any, queries: list[str], clients: int, top_k: int) -> dict[str, float]:
+    """Latency at the client, measured by a separate process (as an agent would be), so the
+    client's work does not share the worker's event loop."""
+    spec = {
+        "tenant": "bench-main",
+        "user": "u0",
+        "nats_url": bench.stack.nats_url,
+        "namespace": bench.settings.namespace,
+        "clients": clients,
+        "top_k": top_k,
+        "queries": queries,
+    }
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "memstream.consumers.bench.recall",
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+    )
+    out, _ = await proc.communicate(json.dumps(spec).encode())
+    if proc.returncode != 0:
+        raise RuntimeError(f"the client process failed with code {proc.returncode}")
+    result = json.loads(out.decode().strip().splitlines()[-1])
+    return stats(result["latencies"], result["wall_s"])
 
 
 def stats(latencies: list[float], wall_s: float) -> dict[str, float]:
@@ -237,32 +283,27 @@ async def run(n: int, noise: int, queries: int, concurrency: int, top_k: int) ->
         opt_start = time.perf_counter()
         await bench.worker.vectors.optimize()
         optimize_s = time.perf_counter() - opt_start
-        qs = [
-            f"what did the user do with the {a} {b}?"
-            for a, b in (rng.sample(WORDS, 2) for _ in range(queries))
-        ]
-        clients = [
-            await bench.client("bench-main", user="u0").connect()
-            for _ in range(max(1, concurrency))
-        ]
-        await measure(clients[:1], qs[:50], top_k)  # warm-up
-        t0 = time.perf_counter()
-        single = await measure(clients[:1], qs, top_k)
-        single_wall = time.perf_counter() - t0
-        t0 = time.perf_counter()
-        multi = await measure(clients, qs, top_k)
-        multi_wall = time.perf_counter() - t0
-        reply = await clients[0].recall(qs[0], top_k=top_k)
-        for c in clients:
-            await c.close()
+
+        def query_set() -> list[str]:
+            return [
+                f"what did the user do with the {a} {b}?"
+                for a, b in (rng.sample(WORDS, 2) for _ in range(queries))
+            ]
+
+        qs, qs_concurrent = query_set(), query_set()
+        single = await measure(bench, qs, 1, top_k)
+        multi = await measure(bench, qs_concurrent, max(1, concurrency), top_k)
+        async with bench.client("bench-main", user="u0") as probe:
+            reply = await probe.recall(qs[0], top_k=top_k, cache=False)
     return {
         "memories": n,
         "noise_tenants": noise,
         "top_k": top_k,
         "load_s": round(load_s, 1),
         "optimize_s": round(optimize_s, 1),
-        "latency_ms": stats(single, single_wall),
-        "concurrent": {"clients": concurrency, **stats(multi, multi_wall)},
+        "idf_scope": bench.settings.idf_scope,
+        "latency_ms": single,
+        "concurrent": {"clients": concurrency, **multi},
         "server_timings_ms": reply.timings_ms,
         "queries": len(qs),
     }
@@ -297,3 +338,7 @@ def main(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(r))
     return 0
+
+
+if __name__ == "__main__":  # the client process of ``measure``: a JSON spec on stdin
+    print(json.dumps(asyncio.run(client_run(json.loads(sys.stdin.read())))))
