@@ -20,7 +20,9 @@ from memstream.schemas.events import Message, Role, TurnEvent
 from memstream.schemas.ids import derived_id
 from memstream.schemas.memory import Candidate, MemoryType, Owner, Scope
 
-_SENTENCE = re.compile(r"[^.!?\n]+[.!?]?")
+# A sentence ends at . ! or ? followed by white space (or the end), or at a line break: a dot
+# inside a token (an email, a URL, a version, a decimal) never splits it.
+_SENTENCE = re.compile(r"\S(?:.*?)(?:[.!?]+(?=\s|$)|(?=\n)|$)", re.S)
 _NOISE = re.compile(
     r"^\s*(ok(ay)?|thanks?( you)?|thx|cool|great|nice|sure|yes|no|hi|hello|hey|"
     r"bye|lol|haha|got it|sounds good)\W*$",

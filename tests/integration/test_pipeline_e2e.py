@@ -206,9 +206,11 @@ async def test_tool_and_system_messages_never_become_memories(running) -> None: 
 
 
 async def test_email_is_never_stored_or_returned(running) -> None:  # type: ignore[no-untyped-def]
-    """An email address in a turn is replaced before storage and never comes back in clear."""
+    """An email address in a turn is replaced before storage, in the episode and in the typed
+    memory extracted from it, and never comes back in clear (not even a fragment)."""
     client = running.client("tenant-e", user="u")
-    await client.publish_turn([("user", "You can reach me at jane.doe@example.com any time.")])
+    text = "You can reach me at jane.doe@example.com any time. My email is jane.doe@example.com."
+    await client.publish_turn([("user", text)])
     await running.wait_for(running.drained, 20, "ingestion")
     reply = await client.recall("how can you reach me by email?", top_k=5)
     assert reply.hits
@@ -219,8 +221,11 @@ async def test_email_is_never_stored_or_returned(running) -> None:  # type: igno
         rows = await con.fetch(
             "SELECT content, metadata::text AS m, redactions::text AS r FROM memories"
         )
-    assert rows and all("jane.doe" not in (r["content"] + r["m"] + r["r"]) for r in rows)
-    assert json.loads(rows[0]["r"]).get("EMAIL") == 1
+    assert len(rows) == 2  # the episode and the "my email is" fact
+    for row in rows:
+        stored = row["content"] + row["m"] + row["r"]
+        assert "jane.doe" not in stored and "example.com" not in stored
+    assert sorted(json.loads(r["r"]).get("EMAIL") for r in rows) == [1, 2]
     await client.close()
 
 

@@ -57,3 +57,13 @@ def test_fact_key_names_the_subject() -> None:
     assert fact_key("My home city is Lisbon") == "home city"
     assert fact_key("my dog is called Rex") == "dog"
     assert fact_key("nothing here") is None
+
+
+def test_sentences_never_split_inside_a_token() -> None:
+    """An email, URL or version number with dots stays whole in a typed candidate, so the
+    redact stage sees (and replaces) the whole value, never a fragment."""
+    out = typed("My email is alice@example.com and my site is www.alice.dev. I prefer v2.5 builds.")
+    assert out == [
+        ("fact", "My email is alice@example.com and my site is www.alice.dev."),
+        ("preference", "I prefer v2.5 builds."),
+    ]
