@@ -20,6 +20,7 @@ from faststream.nats.annotations import NatsMessage
 from pydantic import ValidationError
 
 from memstream.consumers import indexing, topology
+from memstream.consumers.auth import Authenticator
 from memstream.consumers.cache import RecallCache
 from memstream.consumers.commands import CommandService
 from memstream.consumers.logs import log
@@ -55,6 +56,7 @@ class Worker:
     deps: Deps = field(init=False)
     recall: RecallService = field(init=False)
     commands: CommandService = field(init=False)
+    auth: Authenticator = field(init=False)
     _nc: Any = field(init=False, default=None)
     _reconciler: asyncio.Task[None] | None = field(init=False, default=None)
     _tasks: set[asyncio.Task[Any]] = field(init=False, default_factory=set)
@@ -84,7 +86,8 @@ class Worker:
             cache=cache,
         )
         self.recall = RecallService(self.pg, self.vectors, self.embedder)
-        self.commands = CommandService(self.deps, self.recall)
+        self.auth = Authenticator(self.pg, self.settings.require_api_key)
+        self.commands = CommandService(self.deps, self.recall, self.auth)
         self.broker = NatsBroker(
             self.nats_url,
             ack_policy=AckPolicy.MANUAL,
@@ -146,6 +149,13 @@ class Worker:
         except ValidationError as exc:
             self.recall.failed += 1
             return error_reply(ErrorCode.BAD_REQUEST, f"invalid recall request: {_sanitized(exc)}")
+        try:
+            refusal = await self.auth.refuse(req.tenant, req.api_key)
+        except MemstreamError:
+            refusal = "credentials cannot be checked right now"
+        if refusal is not None:
+            self.recall.failed += 1
+            return error_reply(ErrorCode.UNAUTHORIZED, refusal)
         cache = self.deps.cache if req.cache else None
         if cache is not None and (cached := await cache.get(req)) is not None:
             self.recall.served += 1

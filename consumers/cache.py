@@ -79,7 +79,7 @@ class RecallCache:
     def key(self, req: RecallRequest) -> str:
         gu = self.gens.get(gen_key(req.tenant, "u", req.user), "-") if req.user else ""
         ga = self.gens.get(gen_key(req.tenant, "a", req.agent), "-") if req.agent else ""
-        body = req.model_dump_json(exclude={"cache"})
+        body = req.model_dump_json(exclude={"cache", "api_key"})
         return f"q.{_digest(req.tenant, req.user, req.agent, gu, ga, body)}"
 
     async def get(self, req: RecallRequest) -> bytes | None:

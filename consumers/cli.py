@@ -9,9 +9,11 @@ import argparse
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add ``dev``, ``worker`` and ``bench ...`` to the ``memstream`` CLI."""
     from memstream.consumers.bench import register as register_bench
+    from memstream.consumers.keys import register as register_keys
     from memstream.consumers.ops import register as register_ops
     from memstream.consumers.run import register as register_run
 
     register_run(sub)
     register_bench(sub)
     register_ops(sub)
+    register_keys(sub)

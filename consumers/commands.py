@@ -14,6 +14,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from memstream.consumers.auth import Authenticator
 from memstream.consumers.logs import log
 from memstream.consumers.recall import RecallService, error_reply
 from memstream.consumers.stages import Deps, _redact_candidate
@@ -54,8 +55,8 @@ def _sanitized(exc: ValidationError) -> str:
 
 
 class CommandService:
-    def __init__(self, deps: Deps, recall: RecallService) -> None:
-        self.deps, self.recall = deps, recall
+    def __init__(self, deps: Deps, recall: RecallService, auth: Authenticator) -> None:
+        self.deps, self.recall, self.auth = deps, recall, auth
         self.handlers: dict[str, Callable[[Any], Awaitable[Reply]]] = {
             "remember": self.remember,
             "get": self.get,
@@ -81,6 +82,12 @@ class CommandService:
             req = VERBS[verb].model_validate_json(body)
         except ValidationError as exc:
             return error_reply(ErrorCode.BAD_REQUEST, f"invalid {verb} request: {_sanitized(exc)}")
+        try:
+            refusal = await self.auth.refuse(req.tenant, req.api_key)
+        except MemstreamError:
+            refusal = "credentials cannot be checked right now"
+        if refusal is not None:
+            return error_reply(ErrorCode.UNAUTHORIZED, refusal)
         try:
             reply = await self.handlers[verb](req)
         except NotFound as exc:

@@ -129,7 +129,10 @@ async def serve(settings: Settings, announce: bool) -> int:
         else "disabled"
     )
     stack_file = settings.state_dir / STACK_FILE
-    stack_file.write_text(json.dumps({"nats_url": stack.nats_url, "namespace": settings.namespace}))
+    found = {"nats_url": stack.nats_url, "namespace": settings.namespace}
+    if not settings.database_url:  # the embedded database: loopback, no password
+        found["database_url"] = stack.database_url
+    stack_file.write_text(json.dumps(found))
     if announce:
         where = "embedded" if stack.embedded else "configured"
         qdrant = settings.qdrant_url or f"Qdrant Edge at {settings.state_dir / 'qdrant'}"

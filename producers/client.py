@@ -121,12 +121,14 @@ class MemoryClient:
         recall_timeout: float = 2.0,
         publish_timeout: float = 5.0,
         command_timeout: float = 10.0,
+        api_key: str | None = None,
     ) -> None:
         self.tenant, self.user, self.agent = tenant, user, agent
         self._url = nats_url or discover_nats_url()
         self.subjects = Subjects(namespace or os.environ.get("MEMSTREAM_NAMESPACE", "mem"))
         self.recall_timeout, self.publish_timeout = recall_timeout, publish_timeout
         self.command_timeout = command_timeout
+        self._api_key = api_key or os.environ.get("MEMSTREAM_API_KEY")
         self._nc: Any = None
         self._js: Any = None
         self._pending: set[asyncio.Task[Any]] = set()
@@ -253,6 +255,7 @@ class MemoryClient:
         try:
             req = RecallRequest(
                 tenant=self.tenant,
+                api_key=self._api_key,
                 user=user or self.user,
                 agent=agent or self.agent,
                 session=session,
@@ -292,7 +295,7 @@ class MemoryClient:
         fields.setdefault("user", self.user)
         fields.setdefault("agent", self.agent)
         try:
-            req = model(tenant=self.tenant, **fields)
+            req = model(tenant=self.tenant, api_key=self._api_key, **fields)
         except (ValidationError, ValueError, TypeError) as exc:
             raise CommandError(ErrorCode.BAD_REQUEST, _field_errors(exc)) from None
         data = await self._request(

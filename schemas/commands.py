@@ -13,7 +13,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from memstream.schemas.events import Ident, MetaValue, OptIdent, Tag
+from memstream.schemas.events import ApiKey, Ident, MetaValue, OptIdent, Tag
 from memstream.schemas.memory import MemoryRecord, MemoryType, Scope
 from memstream.schemas.recall import RecallReply
 
@@ -23,6 +23,7 @@ class Caller(BaseModel):
 
     schema_version: Literal[1] = 1
     tenant: Ident
+    api_key: ApiKey = None  # the tenant's credential (required when the server says so)
     user: OptIdent = None
     agent: OptIdent = None
 

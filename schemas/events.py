@@ -17,6 +17,8 @@ Ident = Annotated[str, StringConstraints(min_length=1, max_length=200)]
 OptIdent = Annotated[str, StringConstraints(min_length=1, max_length=200)] | None
 MetaValue = str | int | float | bool | None
 Tag = Annotated[str, StringConstraints(min_length=1, max_length=64)]
+# A tenant credential: never shown in a repr, a log line or a reply.
+ApiKey = Annotated[str | None, Field(default=None, repr=False, max_length=200)]
 
 
 class Role(StrEnum):

@@ -8,7 +8,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from memstream.schemas.events import Ident, MetaValue, OptIdent, Tag
+from memstream.schemas.events import ApiKey, Ident, MetaValue, OptIdent, Tag
 from memstream.schemas.memory import MemoryType, Scope
 
 
@@ -38,6 +38,7 @@ class RecallRequest(BaseModel):
 
     schema_version: Literal[1] = 1
     tenant: Ident
+    api_key: ApiKey = None  # the tenant's credential (required when the server says so)
     user: OptIdent = None
     agent: OptIdent = None
     session: OptIdent = None

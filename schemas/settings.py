@@ -51,6 +51,8 @@ class Settings(BaseSettings):
     turns_max_age_s: float = 7 * 24 * 3600  # raw turns carry PII: short retention
     duplicate_window_s: float = 120.0
     recall_timeout_s: float = 2.0
+    # Recall and commands must carry an API key of their tenant (memstream keys create).
+    require_api_key: bool = False
     recall_cache_ttl_s: float | None = 30.0  # None disables the shared query cache
     log_level: str = "INFO"
     ops_host: str = "127.0.0.1"

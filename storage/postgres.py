@@ -7,8 +7,10 @@ translated here, once: connection failures become ``StorageUnavailable``.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
+import secrets
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -744,3 +746,36 @@ class PgStore:
             for r in rows:
                 await self._event(con, r["tenant"], str(r["id"]), "expired", "sweeper", {})
         return [(r["tenant"], str(r["id"]), r["user_id"], r["agent_id"]) for r in rows]
+
+    # --- tenant credentials ----------------------------------------------------------------
+
+    async def create_api_key(self, tenant: str, name: str = "") -> str:
+        """A new key for ``tenant``; only its hash is stored, the key is returned once."""
+        key = "msk_" + secrets.token_urlsafe(32)
+        await self._fetch(
+            "INSERT INTO api_keys (key_hash, tenant, name) VALUES ($1, $2, $3)",
+            hash_key(key),
+            tenant,
+            name,
+        )
+        return key
+
+    async def revoke_api_key(self, key: str) -> bool:
+        rows = await self._fetch(
+            "UPDATE api_keys SET revoked_at = now() WHERE key_hash = $1 "
+            "AND revoked_at IS NULL RETURNING tenant",
+            hash_key(key),
+        )
+        return bool(rows)
+
+    async def tenant_of_key(self, key: str) -> str | None:
+        """The tenant a live key belongs to, or None."""
+        rows = await self._fetch(
+            "SELECT tenant FROM api_keys WHERE key_hash = $1 AND revoked_at IS NULL", hash_key(key)
+        )
+        return str(rows[0]["tenant"]) if rows else None
+
+
+def hash_key(key: str) -> str:
+    """sha256 of an API key (keys are 256-bit random: no salt or slow hash needed)."""
+    return hashlib.sha256(key.encode()).hexdigest()
