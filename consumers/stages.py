@@ -11,6 +11,7 @@ Every handler follows one contract (``StageRunner``):
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
@@ -224,7 +225,8 @@ async def dedupe_work(deps: Deps, body: bytes) -> int:
     keyed = dedupe.key(c)
     if await deps.pg.exists(c.owner.tenant, keyed.memory_id):
         await deps.pg.upsert(keyed.memory_id, keyed.content_hash, c)  # merge the source event
-        await deps.reindex(c.owner.tenant, [keyed.memory_id])
+        with contextlib.suppress(TransientError):  # else the reconciler re-indexes it
+            await deps.reindex(c.owner.tenant, [keyed.memory_id])
         await deps.emit(
             MemoryEvent(
                 kind="merged",
@@ -247,7 +249,11 @@ async def dedupe_work(deps: Deps, body: bytes) -> int:
         types=(c.type,),
         now=deps.clock().timestamp(),
     )
-    neighbours = await deps.vectors.search(vector, flt, 3, with_records=True)
+    try:
+        neighbours = await deps.vectors.search(vector, flt, 3, with_records=True)
+    except TransientError as exc:  # index down: exact dedupe only; store keeps it unindexed
+        log.warning("dedupe.near_check_skipped", reason=type(exc).__name__)
+        neighbours = []
     similar = dedupe.near_duplicate(
         c.content,
         [(mid, s, str(r.get("text", ""))) for mid, s, r in neighbours],
@@ -255,7 +261,8 @@ async def dedupe_work(deps: Deps, body: bytes) -> int:
         deps.settings.near_duplicate_similarity,
     )
     if similar is not None and await deps.pg.merge(c.owner.tenant, similar, c.source_event_id):
-        await deps.reindex(c.owner.tenant, [similar])
+        with contextlib.suppress(TransientError):  # else the reconciler re-indexes it
+            await deps.reindex(c.owner.tenant, [similar])
         await deps.emit(
             MemoryEvent(
                 kind="merged",

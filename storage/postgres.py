@@ -244,7 +244,9 @@ class PgStore:
             deleted_at = CASE WHEN $15 = ANY(memories.source_event_ids)
                 THEN memories.deleted_at ELSE NULL END,
             updated_at = CASE WHEN $15 = ANY(memories.source_event_ids)
-                THEN memories.updated_at ELSE $22 END
+                THEN memories.updated_at ELSE $22 END,
+            indexed = CASE WHEN $15 = ANY(memories.source_event_ids)
+                THEN memories.indexed ELSE false END  -- the index record lists the sources
         RETURNING (xmax = 0) AS inserted
         """
         key = c.metadata.get("fact_key")
@@ -399,7 +401,8 @@ class PgStore:
         async with self._pool.acquire() as con, con.transaction():
             row = await con.fetchrow(
                 "UPDATE memories SET source_event_ids = CASE WHEN $3 = ANY(source_event_ids) "
-                "THEN source_event_ids ELSE source_event_ids || $3::text END, updated_at = $4 "
+                "THEN source_event_ids ELSE source_event_ids || $3::text END, updated_at = $4, "
+                "indexed = false "
                 "WHERE id = $1 AND tenant = $2 AND deleted_at IS NULL RETURNING id",
                 memory_id,
                 tenant,

@@ -10,8 +10,10 @@ from memstream.schemas.recall import RecallRequest
 
 def test_api_key_never_appears_in_a_repr() -> None:
     """A credential on a request stays out of repr() (and so out of any log of the object)."""
-    for req in (RecallRequest(tenant="t", user="u", query="q", api_key="msk_SECRET"),
-                IdRequest(tenant="t", user="u", id="x", api_key="msk_SECRET")):
+    for req in (
+        RecallRequest(tenant="t", user="u", query="q", api_key="msk_SECRET"),
+        IdRequest(tenant="t", user="u", id="x", api_key="msk_SECRET"),
+    ):
         assert "msk_SECRET" not in repr(req) and "msk_SECRET" not in str(req)
 
 

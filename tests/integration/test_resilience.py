@@ -1,0 +1,112 @@
+"""Topology ownership and failure paths: nothing lost, every failure explained."""
+
+from __future__ import annotations
+
+import nats
+import pytest
+
+from memstream.consumers.app import Worker
+from memstream.consumers.embedded import free_port
+from memstream.consumers.run import make_vector_index
+from memstream.consumers.topology import apply, topology
+from memstream.pipeline.redact import Redactor
+from memstream.schemas.settings import Settings, StageSettings
+from memstream.storage.postgres import OwnerFilter
+from memstream.storage.qdrant_server import ServerVectorIndex
+
+pytestmark = pytest.mark.integration
+
+
+async def test_topology_is_applied_and_updated(nats_url, namespace) -> None:  # type: ignore[no-untyped-def]
+    """Streams and durable consumers get exactly the configured settings; applying twice is a
+    no-op; a changed setting updates the existing consumer in place."""
+    settings = Settings(
+        nats_url=nats_url, namespace=namespace, stage=StageSettings(max_deliver=4, ack_wait_s=12)
+    )
+    nc = await nats.connect(nats_url)
+    js = nc.jetstream()
+    try:
+        topo = await apply(js, settings)
+        await apply(js, settings)
+        for stage, (stream, cfg) in topo.consumers.items():
+            info = await js.consumer_info(stream, cfg.durable_name or "")
+            assert info.config.max_deliver == 4 and info.config.ack_wait == 12, stage
+            assert (
+                str(getattr(info.config.ack_policy, "value", info.config.ack_policy)) == "explicit"
+            )
+        stages = await js.stream_info(settings_stream(settings, "stages"))
+        assert (
+            str(getattr(stages.config.retention, "value", stages.config.retention)) == "workqueue"
+        )
+        changed = settings.model_copy(update={"stage": StageSettings(max_deliver=7, ack_wait_s=12)})
+        await apply(js, changed)
+        stream, cfg = topology(changed).consumers["store"]
+        assert (await js.consumer_info(stream, cfg.durable_name or "")).config.max_deliver == 7
+    finally:
+        for s in topology(settings).streams:
+            await js.delete_stream(s.name or "")
+        await nc.close()
+
+
+def settings_stream(settings: Settings, kind: str) -> str:
+    from memstream.schemas.subjects import Subjects
+
+    return Subjects(settings.namespace).stream(kind)
+
+
+async def test_vector_index_down_keeps_memories_and_reconciles(  # type: ignore[no-untyped-def]
+    nats_url, pg, namespace, tmp_path, embedder
+) -> None:
+    """With the Qdrant server unreachable, stored memories stay in Postgres (not indexed),
+    keyword recall still finds them (degraded), and the reconciler indexes them once an
+    index answers again."""
+    settings = Settings(
+        nats_url=nats_url,
+        namespace=namespace,
+        state_dir=tmp_path,
+        stage=StageSettings(max_deliver=3, retry_delays_s=[0.2]),
+    )
+    down = ServerVectorIndex(
+        url=f"http://127.0.0.1:{free_port()}",
+        timeout=1,
+        check_compatibility=False,
+        dim=embedder.dim,
+    )
+    worker = Worker(settings, nats_url, pg, down, embedder, Redactor(key=b"k"))
+    await worker.start()
+    try:
+        from memstream.producers.client import MemoryClient
+
+        async with MemoryClient("acme", user="lee", nats_url=nats_url, namespace=namespace) as mem:
+            await mem.publish_turn([("user", "The spare tyre is in the garage loft")])
+            flt = OwnerFilter(tenant="acme", user="lee")
+
+            async def stored() -> bool:
+                return bool(await pg.list_memories(flt))
+
+            import asyncio
+
+            for _ in range(200):
+                if await stored():
+                    break
+                await asyncio.sleep(0.05)
+            rows = await pg.list_memories(flt)
+            assert rows and not rows[0].indexed
+            reply = await mem.recall("where is the spare tyre?", cache=False)
+            assert reply.degraded == ["vector_index"]
+            assert "garage loft" in reply.hits[0].text
+            # the index is back (a live engine): the maintenance round indexes what waited
+            live = make_vector_index(settings)
+            await live.ensure(embedder.dim)
+            worker.vectors = worker.deps.vectors = worker.recall.vectors = live
+            assert await worker.reconcile_once() == len(rows)
+            assert all(r.indexed for r in await pg.list_memories(flt))
+            reply = await mem.recall("where is the spare tyre?", cache=False)
+            assert reply.degraded == [] and "garage loft" in reply.hits[0].text
+            await live.close()
+    finally:
+        await worker.stop()
+        nc = await nats.connect(nats_url)
+        for s in topology(settings).streams:
+            await nc.jetstream().delete_stream(s.name or "")
+        await nc.close()
