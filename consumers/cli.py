@@ -9,6 +9,7 @@ import argparse
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add ``dev``, ``worker`` and ``bench ...`` to the ``memstream`` CLI."""
     from memstream.consumers.bench import register as register_bench
+    from memstream.consumers.dlq import register as register_dlq
     from memstream.consumers.keys import register as register_keys
     from memstream.consumers.ops import register as register_ops
     from memstream.consumers.run import register as register_run
@@ -17,3 +18,4 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     register_bench(sub)
     register_ops(sub)
     register_keys(sub)
+    register_dlq(sub)

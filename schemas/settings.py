@@ -14,10 +14,11 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
 class StageSettings(BaseModel):
-    max_deliver: int = Field(default=5, ge=1)
+    max_deliver: int = Field(default=8, ge=1)
     ack_wait_s: float = Field(default=30.0, gt=0)
     batch_size: int = Field(default=64, ge=1, le=1000)
-    retry_delays_s: list[float] = Field(default_factory=lambda: [1.0, 5.0, 30.0])
+    # ~13 minutes of an outage ride through retries before a message is dead-lettered
+    retry_delays_s: list[float] = Field(default_factory=lambda: [1.0, 5.0, 30.0, 120.0, 300.0])
 
 
 class Settings(BaseSettings):

@@ -110,3 +110,62 @@ async def test_vector_index_down_keeps_memories_and_reconciles(  # type: ignore[
         for s in topology(settings).streams:
             await nc.jetstream().delete_stream(s.name or "")
         await nc.close()
+
+
+async def test_postgres_outage_dead_letters_then_replay_stores(  # type: ignore[no-untyped-def]
+    nats_url, database_url, namespace, tmp_path, embedder
+) -> None:
+    """Postgres gone: the extract stage retries, then dead-letters the turn with the reason;
+    once Postgres is back, `memstream dlq replay` sends it through and it is stored once."""
+    import argparse
+    import asyncio
+
+    from memstream.consumers.dlq import dead_letters
+    from memstream.consumers.dlq import run as dlq_run
+    from memstream.producers.client import MemoryClient
+    from memstream.schemas.subjects import DLQ_REASON_HEADER, Subjects
+    from memstream.storage.postgres import PgStore
+
+    settings = Settings(
+        nats_url=nats_url,
+        namespace=namespace,
+        state_dir=tmp_path,
+        stage=StageSettings(max_deliver=2, retry_delays_s=[0.1]),
+    )
+    broken = await PgStore.connect(database_url, schema=namespace)
+    await broken.close()
+    vectors = make_vector_index(settings)
+    await vectors.ensure(embedder.dim)
+    worker = Worker(settings, nats_url, broken, vectors, embedder, Redactor(key=b"k"))
+    await worker.start()
+    s = Subjects(namespace)
+    nc = await nats.connect(nats_url)
+    js = nc.jetstream()
+    try:
+        async with MemoryClient("acme", user="mo", nats_url=nats_url, namespace=namespace) as mem:
+            await mem.publish_turn([("user", "The bike lock code starts with seven")])
+            for _ in range(200):
+                if await dead_letters(js, s, "extract", 10):
+                    break
+                await asyncio.sleep(0.05)
+            (dead,) = await dead_letters(js, s, "extract", 10)
+            assert "StorageUnavailable" in dead.headers[DLQ_REASON_HEADER]
+            healthy = await PgStore.connect(database_url, schema=namespace)
+            worker.pg = worker.deps.pg = worker.recall.pg = healthy
+            args = argparse.Namespace(action="replay", stage="extract", limit=100)
+            assert await dlq_run(args, settings, nats_url) == 0
+            assert await dead_letters(js, s, "extract", 10) == []
+            flt = OwnerFilter(tenant="acme", user="mo")
+            for _ in range(200):
+                if await healthy.list_memories(flt):
+                    break
+                await asyncio.sleep(0.05)
+            rows = await healthy.list_memories(flt)
+            assert len(rows) == 1 and "bike lock" in rows[0].content
+            await healthy.close()
+    finally:
+        await worker.stop()
+        await vectors.close()
+        for st in topology(settings).streams:
+            await js.delete_stream(st.name or "")
+        await nc.close()

@@ -126,3 +126,50 @@ def test_megabyte_line_dense_with_values_is_bounded(redactor: Redactor, chunk: s
     out = redactor.redact(text, tenant="t")
     assert time.perf_counter() - started < 10.0
     assert len(out.spans) > 20_000
+
+
+def _assigned(text: str) -> list[str]:
+    from memstream.pipeline.redact._assign import assignments
+
+    return [text[c.start : c.end] for c in assignments(text, text.lower())]
+
+
+@pytest.mark.parametrize(
+    ("prefix", "suffix", "found"),
+    [
+        ("p" * 40 + "_", "", False),  # 41 characters before the keyword
+        ("p" * 39 + "_", "", True),  # 40
+        ("db_", "_" + "s" * 29, True),  # 30 characters after the keyword
+        ("db_", "_" + "s" * 30, False),  # 31
+    ],
+)
+def test_assignment_name_length_limits(prefix: str, suffix: str, found: bool) -> None:
+    # the patterns' name repetitions are unbounded; the limits are checked in Python
+    for template in (
+        '{n} = "Xk9#mQ2v!"',
+        "{n}=Xk9#mQ2v!",
+        '"Xk9#mQ2v!" == {n}',
+        '{n}("Xk9#mQ2v!")',
+    ):
+        text = "x " + template.format(n=prefix + "password" + suffix) + " y"
+        assert (set(_assigned(text)) == {"Xk9#mQ2v!"}) is found, text
+
+
+@pytest.mark.parametrize("n", [199, 200, 201, 500])
+def test_assignment_value_length_limits(n: int) -> None:
+    value = ("Xk9#mQ2v!" * 60)[:n]
+    # quoted: a value over 200 characters is not a password
+    for template in ('password = "{v}";', "--password '{v}'"):
+        text = template.format(v=value)
+        assert set(_assigned(text)) == ({value} if n <= 200 else set()), (template, n)
+    # unquoted: cut at 200 characters (mid-line: no "rest of the line" extension)
+    assert set(_assigned(f"x password={value}")) == {value[:200]}
+    assert set(_assigned(f"x --password {value}")) == {value[:200]}
+
+
+def test_long_unquoted_value_is_linear(redactor: Redactor) -> None:
+    text = "password=" + "Xk9mQ2v" * 150_000  # one value of ~1 MB
+    started = time.process_time()
+    out = redactor.redact(text, tenant="t")
+    assert time.process_time() - started < 5.0
+    assert out.text.startswith("password=[PASSWORD:")
