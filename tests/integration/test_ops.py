@@ -1,0 +1,46 @@
+"""The ops surface: metrics, health and status over real servers."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from memstream.consumers.ops import lag, serve_http
+
+pytestmark = pytest.mark.integration
+
+
+async def http_get(port: int, path: str) -> tuple[int, str]:
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(f"GET {path} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+    await writer.drain()
+    data = (await reader.read()).decode()
+    writer.close()
+    status = int(data.split(" ", 2)[1])
+    return status, data.split("\r\n\r\n", 1)[1]
+
+
+async def test_metrics_show_throughput_lag_failures_and_redactions(running) -> None:  # type: ignore[no-untyped-def]
+    """/metrics exposes per-stage counters, consumer lag, dead letters and redaction counts;
+    /healthz answers 200 while connected."""
+    async with running.client("acme", user="ops") as mem:
+        await mem.publish_turn([("user", "mail me at ops@example.org")])
+        await running.wait_for(running.drained, 20, "ingestion")
+        await mem.recall("mail")
+    server = await serve_http(running.worker, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        status, body = await http_get(port, "/metrics")
+        assert status == 200
+        assert 'memstream_stage_acked_total{stage="store"} 1' in body
+        assert 'memstream_redactions_total{type="EMAIL"} 1' in body
+        assert 'memstream_consumer_pending{stage="extract"} 0' in body
+        assert 'memstream_recall_total{result="ok"} 1' in body
+        assert "ops@example.org" not in body
+        assert (await http_get(port, "/healthz"))[0] == 200
+        assert (await http_get(port, "/nope"))[0] == 404
+    finally:
+        server.close()
+    lags = await lag(running.worker.deps.js, running.settings)
+    assert lags["stream:dlq"]["messages"] == 0 and lags["store"]["ack_pending"] == 0
