@@ -218,6 +218,27 @@ async def redact_work(deps: Deps, body: bytes) -> int:
     return 1
 
 
+def event_of(c: Candidate, kind: str, memory_id: str, at: datetime) -> MemoryEvent:
+    return MemoryEvent(
+        kind=kind,
+        tenant=c.owner.tenant,
+        user=c.owner.user,
+        agent=c.owner.agent,
+        memory_id=memory_id,
+        type=c.type,
+        source_event_id=c.source_event_id,
+        at=at,
+    )
+
+
+async def _merged(deps: Deps, c: Candidate, memory_id: str) -> None:
+    """A candidate was folded into an existing memory: refresh its index record (or leave it
+    to the reconciler when the index is down) and tell the world."""
+    with contextlib.suppress(TransientError):
+        await deps.reindex(c.owner.tenant, [memory_id])
+    await deps.emit(event_of(c, "merged", memory_id, deps.clock()), c.source_event_id)
+
+
 async def dedupe_work(deps: Deps, body: bytes) -> int:
     c = decode(Candidate, body)
     if not c.redacted:
@@ -225,21 +246,7 @@ async def dedupe_work(deps: Deps, body: bytes) -> int:
     keyed = dedupe.key(c)
     if await deps.pg.exists(c.owner.tenant, keyed.memory_id):
         await deps.pg.upsert(keyed.memory_id, keyed.content_hash, c)  # merge the source event
-        with contextlib.suppress(TransientError):  # else the reconciler re-indexes it
-            await deps.reindex(c.owner.tenant, [keyed.memory_id])
-        await deps.emit(
-            MemoryEvent(
-                kind="merged",
-                tenant=c.owner.tenant,
-                user=c.owner.user,
-                agent=c.owner.agent,
-                memory_id=keyed.memory_id,
-                type=c.type,
-                source_event_id=c.source_event_id,
-                at=deps.clock(),
-            ),
-            c.source_event_id,
-        )
+        await _merged(deps, c, keyed.memory_id)
         return 0
     vector = deps.embedder.embed_query(dated(c.content, c.occurred_at))
     flt = VectorFilter(
@@ -261,21 +268,7 @@ async def dedupe_work(deps: Deps, body: bytes) -> int:
         deps.settings.near_duplicate_similarity,
     )
     if similar is not None and await deps.pg.merge(c.owner.tenant, similar, c.source_event_id):
-        with contextlib.suppress(TransientError):  # else the reconciler re-indexes it
-            await deps.reindex(c.owner.tenant, [similar])
-        await deps.emit(
-            MemoryEvent(
-                kind="merged",
-                tenant=c.owner.tenant,
-                user=c.owner.user,
-                agent=c.owner.agent,
-                memory_id=similar,
-                type=c.type,
-                source_event_id=c.source_event_id,
-                at=deps.clock(),
-            ),
-            c.source_event_id,
-        )
+        await _merged(deps, c, similar)
         return 0
     await deps.publish(deps.subjects.stage("store", c.owner.tenant), c, f"store:{c.candidate_id}")
     return 1
@@ -295,17 +288,7 @@ async def store_work(deps: Deps, body: bytes) -> int:
     except TransientError as exc:  # kept in Postgres, not indexed: the reconciler retries
         log.warning("store.vector_deferred", memory_id=keyed.memory_id, reason=str(exc))
     kind = "stored" if inserted else "merged"
-    event = MemoryEvent(
-        kind=kind,
-        tenant=c.owner.tenant,
-        user=c.owner.user,
-        agent=c.owner.agent,
-        memory_id=keyed.memory_id,
-        type=c.type,
-        source_event_id=c.source_event_id,
-        at=deps.clock(),
-    )
-    await deps.emit(event, c.source_event_id)
+    await deps.emit(event_of(c, kind, keyed.memory_id, deps.clock()), c.source_event_id)
     return 1
 
 
