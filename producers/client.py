@@ -389,13 +389,14 @@ def _field_errors(exc: Exception) -> str:
 
 def _decode_reply(data: bytes) -> RecallReply:
     try:
-        body = json.loads(data)
-        if body.get("ok") is False:
-            err = ErrorReply.model_validate(body).error
-            raise RecallError(err.code, err.message)
-        return RecallReply.model_validate(body)
-    except (ValueError, AttributeError, ValidationError):
+        return RecallReply.model_validate_json(data)  # the fast path: one pass over the bytes
+    except ValidationError:
+        pass
+    try:
+        err = ErrorReply.model_validate_json(data).error
+    except ValidationError:
         raise RecallError(ErrorCode.INTERNAL, "the recall reply could not be read") from None
+    raise RecallError(err.code, err.message)
 
 
 class SyncMemoryClient:
