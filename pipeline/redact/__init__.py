@@ -36,6 +36,7 @@ from memstream.pipeline.redact._core import (
     compile_re2,
     compile_set,
     finditer,
+    known_placeholders,
     placeholders,
     resolve,
 )
@@ -149,7 +150,14 @@ _DETECTORS: tuple[tuple[frozenset[str], Detector, str | None], ...] = (
     (frozenset({"IBAN"}), _pii.ibans, r"[a-z]{2}\d{2}"),
     (frozenset({"IP_ADDRESS"}), _pii.ips, r"\d\.\d|:[0-9a-f:]"),
     (frozenset({"US_SSN"}), _pii.ssns, r"\d{3}[\- .]?\d{2}"),
-    (frozenset({"NATIONAL_ID", "PASSPORT", "DRIVER_LICENSE"}), _pii.national_ids, None),
+    (
+        frozenset({"NATIONAL_ID", "PASSPORT", "DRIVER_LICENSE"}),
+        _pii.national_ids,
+        # a part of every cue of _pii._ID_CUE
+        r"licen|passport|national|identity|\bid\s|personal|tax\s|\btin\b|\bnif\b|\bnie\b"
+        r"|\bdni\b|\bbsn\b|pesel|personnummer|henkilötunnus|cpr|\bcpf\b|aadhaar|\bpan\b"
+        r"|\bsin\b|nino|insurance|codice|steuer",
+    ),
     (frozenset({"PERSON"}), _cues.names, None),
     (frozenset({"ADDRESS"}), _cues.addresses, r"\d|usns|uss|usnv|uscgc"),
 )
@@ -197,6 +205,13 @@ class Redactor:
 
     def redact(self, text: str, tenant: str) -> Redacted:
         """Replace every detected value with its placeholder; see the module docstring."""
+        memo = _pii.PHONE_MEMO.set({})
+        try:
+            return self._redact(text, tenant)
+        finally:
+            _pii.PHONE_MEMO.reset(memo)
+
+    def _redact(self, text: str, tenant: str) -> Redacted:
         spans = [Span(c.start, c.end, c.label) for c in self._detect(text)]
         tokens: dict[Span, str] = {}
         current = self._render(text, spans, tenant, tokens) if spans else text
@@ -207,7 +222,8 @@ class Redactor:
             # redacting the output again changes nothing).
             if not fresh:
                 break
-            found = self._detect_near(current, _rendered(fresh, spans))
+            marks = _all_placeholders(placeholders(text), spans)
+            found = self._detect_near(current, _rendered(fresh, spans), marks)
             fresh = _to_original(found, spans)
             spans = sorted(spans + fresh, key=lambda s: s.start)
             if fresh:
@@ -215,11 +231,14 @@ class Redactor:
         counts = Counter(s.label for s in spans)
         return Redacted(current, dict(counts), spans)
 
-    def _detect_near(self, text: str, ranges: list[tuple[int, int]]) -> list[Candidate]:
+    def _detect_near(
+        self, text: str, ranges: list[tuple[int, int]], marks: list[tuple[int, int]]
+    ) -> list[Candidate]:
         # Each window runs from the start of the line _WINDOW characters before a placeholder
         # to the end of the line _WINDOW characters after it. Ranges are sorted and disjoint,
         # so line ends are searched only past what was already searched (linear overall,
-        # even on a megabyte without line breaks).
+        # even on a megabyte without line breaks). ``marks``: every placeholder of ``text``
+        # (none contains a line break, so each lies wholly inside or outside a window).
         windows: list[tuple[int, int]] = []
         searched, line_end = -1, -1  # line_end: first "\n" (or the end) at or after searched
         for s, e in ranges:
@@ -235,15 +254,19 @@ class Redactor:
                 found = text.find("\n", hi)
                 searched, line_end = hi, len(text) if found < 0 else found
             we = line_end
-            if windows and ws <= windows[-1][1]:
+            if windows and ws <= windows[-1][1] + _WINDOW:
+                # overlapping, or a short gap: one window (a wider context never hurts, and
+                # each detection pass has a fixed cost of ~30 µs)
                 windows[-1] = (windows[-1][0], max(we, windows[-1][1]))
             else:
                 windows.append((ws, we))
         out: list[Candidate] = []
         for ws, we in windows:
-            out.extend(
-                c._replace(start=c.start + ws, end=c.end + ws) for c in self._detect(text[ws:we])
-            )
+            window = text[ws:we]
+            i = bisect.bisect_left(marks, (ws, -1))
+            j = bisect.bisect_left(marks, (we, -1), i)
+            known_placeholders(window, [(a - ws, b - ws) for a, b in marks[i:j]])
+            out.extend(c._replace(start=c.start + ws, end=c.end + ws) for c in self._detect(window))
         return out
 
     def _detect(self, text: str) -> list[Candidate]:
@@ -333,6 +356,25 @@ def _rendered(fresh: list[Span], spans: list[Span]) -> list[tuple[int, int]]:
         if s in wanted:
             out.append((s.start + shift, s.start + shift + length))
         shift += length - (s.end - s.start)
+    return out
+
+
+def _all_placeholders(existing: list[tuple[int, int]], spans: list[Span]) -> list[tuple[int, int]]:
+    """Offsets of every placeholder in the text rendered from ``spans``: those rendered for
+    ``spans`` and those already in the original text (``existing``; spans never overlap
+    them). Nothing else in the rendered text can match the placeholder pattern: a match has
+    no brackets inside, so one touching a rendered placeholder is that placeholder."""
+    out: list[tuple[int, int]] = []
+    shift = 0
+    i = 0
+    for s in spans:
+        while i < len(existing) and existing[i][0] < s.start:
+            out.append((existing[i][0] + shift, existing[i][1] + shift))
+            i += 1
+        length = len(s.label) + 11  # "[" label ":" 8 hex "]"
+        out.append((s.start + shift, s.start + shift + length))
+        shift += length - (s.end - s.start)
+    out.extend((a + shift, b + shift) for a, b in existing[i:])
     return out
 
 

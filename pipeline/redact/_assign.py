@@ -14,6 +14,7 @@ from memstream.pipeline.redact._core import (
     P_CREDENTIAL,
     Candidate,
     Match,
+    blank_placeholders,
     compile_re2,
     finditer,
     in_placeholder,
@@ -25,19 +26,25 @@ _KEYWORD = (
     r"|(?:api|secret|private|access|signing|encryption|master|licen[cs]e|activation|auth"
     r"|client|app|consumer|account)[_\-. ]?key|apikey|client[_\-.]?secret)"
 )
-_NAME = r"([A-Za-z0-9_.\-]{0,40}?" + _KEYWORD + r"[A-Za-z0-9_.\-]{0,30})"
+# Names and values are unbounded in the patterns and bounded here, in Python: counted
+# repetitions ({0,40}, {1,200}) make every RE2 match several times more expensive. A name is
+# at most _MAX_PREFIX characters before its keyword and _MAX_SUFFIX after it; a quoted value
+# longer than _MAX_VALUE is not a password (skipped); an unquoted one is cut there.
+_MAX_PREFIX, _MAX_SUFFIX, _MAX_VALUE = 40, 30, 200
+_NAME = r"([A-Za-z0-9_.\-]*?" + _KEYWORD + r"[A-Za-z0-9_.\-]*)"
 _QUOTED = (
-    r'@?"((?:[^"\\\n]|\\.){1,200})"'
-    r"|@?'([^'\n]{1,200})'"
-    r"|`([^`\n]{1,200})`"
-    r"|&quot;([^&\n]{1,200})&quot;"
+    r'@?"((?:[^"\\\n]|\\.)+)"'
+    r"|@?'([^'\n]+)'"
+    r"|`([^`\n]+)`"
+    r"|&quot;([^&\n]+)&quot;"
 )
-_UNQUOTED = r"([^\s'\"`]{1,200})"
+_UNQUOTED = r"([^\s'\"`]+)"
+_KW = compile_re2(r"(?i)" + _KEYWORD)
 _OP = r"(?:\[\d*\])?[\"']?[ \t]*(?::=|=>|===|!==|==|!=|=|:|,(?:[ \t]*\")|\s(?:is|was)\s)[ \t]*"
 
 _ASSIGN = compile_re2(r"(?i)" + _NAME + _OP + r"(?:" + _QUOTED + "|" + _UNQUOTED + ")")
 # "..." == password   /   secret("...")   /   secret.assign("...")   /   password "..."
-_REVERSED = compile_re2(r'(?i)"([^"\n]{1,200})"\s*(?:===|!==|==|!=)\s*' + _NAME)
+_REVERSED = compile_re2(r'(?i)"([^"\n]+)"\s*(?:===|!==|==|!=)\s*' + _NAME)
 _CALL = compile_re2(
     r"(?i)"
     + _NAME
@@ -55,6 +62,8 @@ _CLI = compile_re2(
     r"|identified\s+by\s+|with\s+(?:encrypted\s+)?password\s+|-string\s+-force\s+)"
     r"(?:" + _QUOTED + "|" + _UNQUOTED + ")"
 )
+# every _CLI match contains one of these (lower-cased); cheaper to find than to scan for _CLI
+_CLI_CUES = ("-pass", "-pwd", "-secret", "-token", "-api", "identified", "password", "-string")
 _KEY_SKIP = compile_re2(
     r"(?i)(?:length|len|size|name|_id|id$|url|uri|file|path|field|type|hint|policy|regex"
     r"|pattern|label|prompt|placeholder|header|expir|count|min|max|ttl|format|valid|strength"
@@ -109,24 +118,29 @@ _STOP_PARTS = ("fake", "example", "dummy", "placeholder", "your_", "your-", "xxx
 
 def assignments(text: str, lower: str) -> Iterator[Candidate]:
     done = placeholders(text)  # a value starting inside one is void: skip it early
-    for m in finditer(_ASSIGN, text):
+    # Scanned with the insides of placeholders blanked: "[API_KEY:0123abcd]" is itself a
+    # name, an operator and a value (void, but costly to match). Same offsets as ``text``.
+    scan = blank_placeholders(text, done)
+    for m in finditer(_ASSIGN, scan):
         name_start = m.start(1)
         if name_start > 0 and (text[name_start - 1].isalnum()):
             continue
         if done and in_placeholder(done, _value_start(m)):
             continue
-        name = m.group(1)
-        if _KEY_SKIP.search(_strip_keyword(name)):
+        name = m.group(1) or ""
+        if not _name_ok(name) or _KEY_SKIP.search(_strip_keyword(name)):
             continue
         label = _label(name)
-        natural = m.group(0)[len(name) :].lstrip("[]0123456789\"' \t").startswith(("is", "was"))
+        after = text[m.end(1) : m.end(1) + 16]
+        natural = after.lstrip("[]0123456789\"' \t").startswith(("is", "was"))
         for g in range(2, 6):
             if m.group(g) is not None:
-                yield from _value(text, m.start(g), m.end(g), label, quoted=True)
+                if m.end(g) - m.start(g) <= _MAX_VALUE:
+                    yield from _value(text, m.start(g), m.end(g), label, quoted=True)
                 break
         else:
             s, e = m.span(6)
-            s, e = _unquoted_extent(text, name_start, s, e)
+            s, e = _unquoted_extent(text, name_start, s, min(e, s + _MAX_VALUE))
             if _code_expression(text, m.end(1), s, e):
                 continue
             if natural:
@@ -135,22 +149,41 @@ def assignments(text: str, lower: str) -> Iterator[Candidate]:
                 if not _strong(text[s:e]):
                     continue
             yield from _value(text, s, e, label, quoted=False)
-    comparisons = finditer(_REVERSED, text) if "==" in text or "!=" in text else []
+    comparisons = finditer(_REVERSED, scan) if "==" in text or "!=" in text else []
     for m in comparisons:
-        yield from _value(text, m.start(1), m.end(1), _label(m.group(2)), quoted=True)
-    for m in finditer(_CALL, text):
+        name = m.group(2) or ""
+        if m.end(1) - m.start(1) <= _MAX_VALUE and _name_ok(name):
+            yield from _value(text, m.start(1), m.end(1), _label(name), quoted=True)
+    for m in finditer(_CALL, scan):
         groups = [g for g in range(1, _CALL.groups + 1) if m.group(g) is not None]
         name, value = groups[0], groups[-1]
-        if name != value and not _KEY_SKIP.search(_strip_keyword(m.group(name))):
-            yield from _value(text, m.start(value), m.end(value), _label(m.group(name)), True)
-    for m in finditer(_CLI, text):
+        key = m.group(name) or ""
+        if name == value or m.end(value) - m.start(value) > _MAX_VALUE or not _name_ok(key):
+            continue
+        if not _KEY_SKIP.search(_strip_keyword(key)):
+            yield from _value(text, m.start(value), m.end(value), _label(key), True)
+    cli = any(cue in lower for cue in _CLI_CUES) if lower else True
+    for m in finditer(_CLI, scan) if cli else ():
         groups = [g for g in range(1, _CLI.groups + 1) if m.group(g) is not None]
         if groups:
             s, e = m.span(groups[-1])
             quoted = groups[-1] != _CLI.groups
+            if quoted and e - s > _MAX_VALUE:
+                continue
             if not quoted:
-                s, e = _unquoted_extent(text, m.start(), s, e)
+                s, e = _unquoted_extent(text, m.start(), s, min(e, s + _MAX_VALUE))
             yield from _value(text, s, e, "PASSWORD", quoted)
+
+
+def _name_ok(name: str) -> bool:
+    """At most _MAX_PREFIX characters before the name's (first) keyword, _MAX_SUFFIX after."""
+    if len(name) <= _MAX_SUFFIX + 2:  # every keyword has 2+ characters
+        return True
+    kw = _KW.search(name)
+    if kw is None:
+        return False
+    start, end = int(kw.start()), int(kw.end())
+    return start <= _MAX_PREFIX and len(name) - end <= _MAX_SUFFIX
 
 
 def _value_start(m: Match) -> int:

@@ -78,12 +78,18 @@ def compile_set(patterns: list[str]) -> TriggerSet:
 
 
 class Candidate(NamedTuple):
-    """A detection before overlap resolution: offsets into the scanned text, end exclusive."""
+    """A detection before overlap resolution: offsets into the scanned text, end exclusive.
+
+    ``check``: a costly confirmation left to ``resolve``, which calls it only for a candidate
+    that nothing of higher priority has already covered (one that would lose anyway is never
+    scored). A candidate whose check fails is dropped as if it had never been found.
+    """
 
     start: int
     end: int
     label: str
     priority: int
+    check: Callable[[], bool] | None = None
 
 
 Detector = Callable[[str, str], Iterable[Candidate]]
@@ -113,6 +119,8 @@ def resolve(candidates: Iterable[Candidate]) -> list[Candidate]:
         if cand.end <= cand.start or cand.start < 0:
             continue
         if taken.find(1, cand.start, cand.end) >= 0:
+            continue
+        if cand.check is not None and not cand.check():
             continue
         taken[cand.start : cand.end] = b"\x01" * (cand.end - cand.start)
         chosen.append(cand)
@@ -208,6 +216,13 @@ def placeholders(text: str) -> list[tuple[int, int]]:
     return spans
 
 
+def known_placeholders(text: str, spans: list[tuple[int, int]]) -> None:
+    """Record ``spans`` as the placeholders of ``text`` (the caller rendered them), so that
+    ``placeholders(text)`` does not scan for them."""
+    global _last_placeholders
+    _last_placeholders = (text, spans)
+
+
 def in_placeholder(spans: list[tuple[int, int]], pos: int) -> bool:
     """True when ``pos`` lies inside one of ``spans`` (sorted, disjoint)."""
     if not spans:
@@ -217,17 +232,21 @@ def in_placeholder(spans: list[tuple[int, int]], pos: int) -> bool:
 
 
 # The detectors scan one text many times: its UTF-8 form (and, for non-ASCII text, a table
-# to map byte offsets back to str offsets) is kept for the last text seen. One tuple,
-# replaced atomically, so concurrent callers at worst recompute it.
+# to map byte offsets back to str offsets) is kept for the last two texts seen (a text and
+# its copy with blanked placeholders, see ``blank_placeholders``). One tuple, replaced
+# atomically, so concurrent callers at worst recompute it.
 _Encoded = tuple[str, bytes, list[int] | None, list[int]]
-_last_encoded: _Encoded = ("", b"", None, [])
+_EMPTY: _Encoded = ("", b"", None, [])
+_last_encoded: tuple[_Encoded, _Encoded] = (_EMPTY, _EMPTY)
 _NON_ASCII = stdlib_re.compile(r"[^\x00-\x7f]")  # one character class: linear, no backtracking
 
 
 def _encoded(text: str) -> _Encoded:
-    cached = _last_encoded
-    if cached[0] is text:
-        return cached
+    last, previous = _last_encoded
+    if last[0] is text:
+        return last
+    if previous[0] is text:
+        return previous
     data = text.encode("utf-8")
     ends: list[int] | None = None
     extra: list[int] = []
@@ -247,7 +266,27 @@ def _encoded(text: str) -> _Encoded:
 
 def _set_last_encoded(value: _Encoded) -> None:
     global _last_encoded
-    _last_encoded = value
+    _last_encoded = (value, _last_encoded[0])
+
+
+def blank_placeholders(text: str, spans: list[tuple[int, int]]) -> str:
+    """``text`` with the inside of each placeholder (``spans``) blanked: same length and
+    offsets, but nothing in ``[API_KEY:0123abcd]`` left to match (a name, ``:``, a value)."""
+    if not spans:
+        return text
+    parts: list[str] = []
+    pos = 0
+    for s, e in spans:
+        parts.append(text[pos : s + 1])
+        parts.append(" " * (e - s - 2))
+        pos = e - 1
+    parts.append(text[pos:])
+    blanked = "".join(parts)
+    if len(text) > 256:
+        # placeholders are ASCII: the non-ASCII table of the text holds for the copy
+        _, _, ends, extra = _encoded(text)
+        _set_last_encoded((blanked, blanked.encode("utf-8"), ends, extra))
+    return blanked
 
 
 def finditer(regex: Pattern, text: str, pos: int = 0, endpos: int | None = None) -> list[Match]:

@@ -43,6 +43,9 @@ _SIGNOFF = compile_re2(
     r"(?i:regards|best|cheers|thanks|thank you|sincerely|yours(?: truly)?|best wishes|love"
     r"|respectfully|warmly|take care)[ \t]*[,.!]?[ \t]*\n[ \t>]*" + _NAME + r"[ \t]*(?:\n|$)"
 )
+# a part of every sign-off of _SIGNOFF ("yours", "best wishes" and "thank you" included)
+_SIGNOFF_WORDS = ("regards", "best", "cheers", "thank", "sincerely", "yours", "love",
+                  "respectfully", "warmly", "take care")  # fmt: skip
 _ANSWER = compile_re2(
     r"(?i:what(?:'s| is) your name|name on the account)\??[ \t]*(?:\w+:)?[ \t]*" + _NAME
 )
@@ -114,10 +117,10 @@ _NOT_NAMES = frozenset(
 
 def names(text: str, lower: str) -> Iterator[Candidate]:
     regexes = [_CUES, _LINE_CUES]
-    if "\n" in text:
-        regexes.append(_SIGNOFF)  # a sign-off is followed by a line break
-    if "name" in lower:
-        regexes.append(_ANSWER)  # both of its questions contain "name"
+    if "\n" in text and any(word in lower for word in _SIGNOFF_WORDS):
+        regexes.append(_SIGNOFF)  # a sign-off word, then a line break
+    if "your name" in lower or "name on the account" in lower:
+        regexes.append(_ANSWER)  # one of its two questions
     for regex in regexes:
         for m in finditer(regex, text):
             for g in range(1, regex.groups + 1):

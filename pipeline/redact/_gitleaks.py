@@ -33,6 +33,12 @@ _SET_OPTIONS.log_errors = False
 
 _REPLACED = frozenset({"generic-api-key", "private-key", "jwt"})
 
+# Rules published without keywords would run on every text. Their regexes require one of
+# these literals (lower-cased; the rule's names are case-insensitive), so they serve as the
+# rule's keywords here: "database-password" needs ``db_passw(or)d``, ``database_passw(or)d``
+# or ``pwd`` in its name part.
+_DERIVED_KEYWORDS = {"database-password": ("pwd", "db_passw", "database_passw")}
+
 
 @dataclass(frozen=True)
 class _Allow:
@@ -98,7 +104,7 @@ class GitleaksRules:
                 rid,
                 regex,
                 float(raw.get("entropy", 0.0)),
-                tuple(k.lower() for k in raw.get("keywords", [])),
+                tuple(k.lower() for k in raw.get("keywords", [])) or _DERIVED_KEYWORDS.get(rid, ()),
                 allows,
             )
             out.rules.append(rule)

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import ipaddress
 from collections.abc import Iterator
+from contextvars import ContextVar
+from functools import partial
 
 import phonenumbers
 from stdnum import iban as std_iban
@@ -25,10 +27,14 @@ from memstream.pipeline.redact._core import (
     luhn_ok,
 )
 
+# The local part is unbounded here (a counted repetition makes RE2's scan ~3x slower) and
+# limited to 64 characters in Python. Same result: a bounded pattern matched only the last 64
+# characters of a longer run, a fragment that was then skipped as such.
 _EMAIL = compile_re2(
-    r"(?i)[a-z0-9](?:[a-z0-9._%+\-]{0,63})@(?:[a-z0-9](?:[a-z0-9\-]{0,62}[a-z0-9])?\.){1,8}"
+    r"(?i)[a-z0-9][a-z0-9._%+\-]*@(?:[a-z0-9](?:[a-z0-9\-]{0,62}[a-z0-9])?\.){1,8}"
     r"[a-z]{2,24}\b"
 )
+_MAX_LOCAL = 64
 
 
 def emails(text: str, lower: str) -> Iterator[Candidate]:
@@ -37,7 +43,9 @@ def emails(text: str, lower: str) -> Iterator[Candidate]:
     for m in finditer(_EMAIL, text):
         s = m.start()
         if s > 0 and (text[s - 1].isalnum() or text[s - 1] in "._%+-"):
-            continue  # a fragment of a longer local part that the pattern bounded
+            continue  # a fragment of a longer local part
+        if text.find("@", s, s + _MAX_LOCAL + 1) < 0:
+            continue  # local part over 64 characters
         if s > 0 and text[s - 1] == ":":
             scheme = text.rfind("://", max(0, s - 120), s)
             if scheme >= 0 and not any(ch.isspace() for ch in text[scheme:s]):
@@ -156,6 +164,12 @@ _PHONE_CUES = (
 _REGIONS = ("US", "GB", "DE", "AU", "NZ", "IN", "IE", "FR", "ES", "IT", "NL", "BR")
 
 
+# Validations memoised for one ``Redactor.redact`` call (its first pass and its re-checks see
+# the same numbers), keyed by value and cue. Set per call; a context variable, so threads
+# and tasks each have their own.
+PHONE_MEMO: ContextVar[dict[tuple[str, bool], bool] | None] = ContextVar("PHONE_MEMO", default=None)
+
+
 class PhoneValidator:
     """Validates phone candidates with phonenumbers, with a per-call budget.
 
@@ -168,8 +182,10 @@ class PhoneValidator:
         self.budget = budget
 
     def __call__(self, text: str, lower: str) -> Iterator[Candidate]:
-        spent = 0
-        cache: dict[str, bool] = {}
+        spent = [0]  # validations in this call, shared by its candidates' checks
+        memo = PHONE_MEMO.get()
+        if memo is None:
+            memo = {}
         for m in finditer(_PHONE, text):
             s, e = m.span()
             value = m.group()
@@ -184,15 +200,22 @@ class PhoneValidator:
                 continue
             window = lower[max(0, s - 40) : s] + " " + lower[e : e + 20]
             cue = any(c in window for c in _PHONE_CUES)
-            if value in cache:
-                ok = cache[value]
-            elif spent >= self.budget:
-                ok = cue or value.startswith(("+", "00", "("))
-            else:
-                spent += 1
-                ok = cache[value] = _valid_phone(value, cue)
-            if ok:
-                yield Candidate(s, e, "PHONE", P_PHONE)
+            # validated only if it would win its place (see ``Candidate.check``): digits in
+            # cards, tokens and passwords are never parsed as phone numbers
+            check = partial(self._confirm, value, cue, memo, spent)
+            yield Candidate(s, e, "PHONE", P_PHONE, check)
+
+    def _confirm(
+        self, value: str, cue: bool, memo: dict[tuple[str, bool], bool], spent: list[int]
+    ) -> bool:
+        known = memo.get((value, cue))
+        if known is not None:
+            return known
+        if spent[0] >= self.budget:
+            return cue or value.startswith(("+", "00", "("))  # past the budget: by shape
+        spent[0] += 1
+        known = memo[value, cue] = _valid_phone(value, cue)
+        return known
 
 
 def _valid_phone(value: str, cue: bool) -> bool:

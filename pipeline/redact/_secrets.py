@@ -11,6 +11,7 @@ import base64
 import binascii
 import re as stdlib_re
 from collections.abc import Iterator
+from functools import partial
 
 from memstream.pipeline.redact._assign import _placeholder
 from memstream.pipeline.redact._core import (
@@ -131,6 +132,7 @@ _DATA_URI = compile_re2(r"data:[\w/+.\-]{1,40};base64,[A-Za-z0-9+/=\s]*")
 _SEGMENT = compile_re2(r"[^/=&?]+")
 _DIGEST = compile_re2(r"(?i)(?:sha\d*|md5|digest|commit|hash)[:= ]$")
 _AWS = compile_re2(r"\b(?:AKIA|ASIA|ABIA|ACCA|A3T[A-Z0-9])[A-Z0-9]{16}\b")
+_AWS_PREFIXES = ("AKIA", "ASIA", "ABIA", "ACCA", "A3T")
 P_RANDOM = P_CREDENTIAL - 5
 
 
@@ -142,9 +144,14 @@ def random_tokens(text: str, lower: str) -> Iterator[Candidate]:
     entropy, and little of the token made of word-like letter runs. Base64 that decodes to
     plain text, and data URIs, are content rather than keys.
     """
-    for m in finditer(_AWS, text):
-        yield Candidate(m.start(), m.end(), "API_KEY", P_TOKEN)
+    if any(prefix in text for prefix in _AWS_PREFIXES):  # a scan costs more than 5 finds
+        for m in finditer(_AWS, text):
+            yield Candidate(m.start(), m.end(), "API_KEY", P_TOKEN)
     data_uris = [m.span() for m in finditer(_DATA_URI, text)] if "base64," in lower else []
+    # Lines of a PEM private key block are tokens too, and a third of all tokens in dense
+    # text: the block is a secret whole, so they are not scored (fail closed if the block
+    # itself is not redacted, e.g. with PRIVATE_KEY off or a deny-list match over it).
+    blocks = [(c.start, c.end) for c in pem_blocks(text, lower)]
     for m in finditer(_TOKEN, text):
         s, e = m.span()
         if any(ds <= s < de for ds, de in data_uris):
@@ -152,11 +159,15 @@ def random_tokens(text: str, lower: str) -> Iterator[Candidate]:
         while e > s and text[e - 1] in ".,|":
             e -= 1
         value = text[s:e]
+        if blocks and any(bs <= s < be for bs, be in blocks):
+            if len(value) >= 16:
+                yield Candidate(s, e, "API_KEY", P_RANDOM)
+            continue
         if len(value) < 16 or not count_ascii(value, DIGITS) or _digest(text, s, value):
             continue  # no digit: neither the token nor any of its segments looks random
-        if not _url_or_path(text, s, value) and _looks_random(value):
-            if not _encoded_text(value) and not _json_key(text, s, e):
-                yield Candidate(s, e, "API_KEY", P_RANDOM)
+        if not _url_or_path(text, s, value):
+            # scored only if it would win its place (see ``Candidate.check``)
+            yield Candidate(s, e, "API_KEY", P_RANDOM, partial(_random_token, text, s, e, value))
             continue
         # a path or URL: its segments can still be tokens (".../token/<secret>")
         for seg in finditer(_SEGMENT, value):
@@ -164,6 +175,12 @@ def random_tokens(text: str, lower: str) -> Iterator[Candidate]:
             ok = len(piece) >= 16 and "." not in piece and _looks_random(piece)
             if ok and not _encoded_text(piece):
                 yield Candidate(s + seg.start(), s + seg.end(), "API_KEY", P_RANDOM)
+
+
+def _random_token(text: str, s: int, e: int, value: str) -> bool:
+    """A whole token (not a URL or path) that looks random and is neither encoded prose nor
+    a JSON member name."""
+    return _looks_random(value) and not _encoded_text(value) and not _json_key(text, s, e)
 
 
 def _json_key(text: str, s: int, e: int) -> bool:

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from memstream.pipeline.redact import Redactor
+from memstream.pipeline.redact import RedactionPolicy, Redactor
 
 KEY = b"unit-test-key"
 
@@ -173,3 +173,96 @@ def test_long_unquoted_value_is_linear(redactor: Redactor) -> None:
     out = redactor.redact(text, tenant="t")
     assert time.process_time() - started < 5.0
     assert out.text.startswith("password=[PASSWORD:")
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "mail [EMAIL:0123abcd] or ann@example.com, [X:1] [PHONE:deadbeef]\ncall +1 202-555-0143",
+        "[API_KEY:00000000]password=Xk9#mQ2v! [US_SSN:12345678] 123-45-6789 [",
+        "no placeholders: card 4111 1111 1111 1111",
+    ],
+)
+def test_rendered_placeholders_are_known(redactor: Redactor, text: str) -> None:
+    # the re-check takes the placeholders of the rendered text from the spans, unscanned
+    from memstream.pipeline.redact import _all_placeholders
+    from memstream.pipeline.redact._core import placeholders
+
+    out = redactor.redact(text, tenant="t")
+    assert out.spans
+    before = list(placeholders(text))
+    assert _all_placeholders(before, out.spans) == list(placeholders(out.text))
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "passport number: X1234567",
+        "my BSN is 123456782",
+        "Driver's license D1234-5678",
+        "NINO: AB123456C",
+        "tax id: 12-3456789",
+        "Steuer-ID 12345678901",
+        "ID card 9876-5432",
+        "henkilötunnus 131052-308T",
+        "PESEL 44051401359",
+    ],
+)
+def test_national_id_cues_pass_the_prefilter(redactor: Redactor, text: str) -> None:
+    labels = {s.label for s in redactor.redact(text, tenant="t").spans}
+    assert labels & {"NATIONAL_ID", "PASSPORT", "DRIVER_LICENSE"}, text
+
+
+def test_national_id_detector_runs_on_its_cue() -> None:
+    from memstream.pipeline.redact import _pii
+
+    r = Redactor(key=KEY, policy=RedactionPolicy(labels=frozenset({"NATIONAL_ID"})))
+    text = "codice fiscale RSSMRA85T10A562S"  # (with all labels, a random token wins)
+    assert [s.label for s in r.redact(text, tenant="t").spans] == ["NATIONAL_ID"]
+    assert list(_pii.national_ids(text, text.lower()))
+
+
+@pytest.mark.parametrize(("n", "found"), [(64, True), (65, False)])
+def test_email_local_part_limit(redactor: Redactor, n: int, found: bool) -> None:
+    local = ("a1b2c3" * 20)[:n]
+    out = redactor.redact(f"write to {local}@example.com today", tenant="t")
+    assert ("EMAIL" in out.counts) is found
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "mysql --PASSWORD=Xk9mQ2v7z db",
+        "psql -Pwd Xk9mQ2v7z",
+        "CREATE USER u IDENTIFIED BY 'Xk9mQ2v7z';",
+        "ALTER ROLE r WITH ENCRYPTED PASSWORD 'Xk9mQ2v7z';",
+        "ConvertTo-SecureString -String -Force 'Xk9mQ2v7z'",
+        "tool --api-key Xk9mQ2v7z",
+    ],
+)
+def test_cli_and_sql_values(redactor: Redactor, text: str) -> None:
+    assert "Xk9mQ2v7z" not in redactor.redact(text, tenant="t").text
+
+
+def test_value_after_a_placeholder_in_the_same_run(redactor: Redactor) -> None:
+    # "PW:<v>,password:<v>": the first value hides the second pair in one unquoted run; once
+    # it is a placeholder, the second pair is found (a placeholder's inside is not parsed
+    # as "API_KEY: <value>" and does not swallow what follows)
+    out = redactor.redact("PW:Prl23Db#@,password:Xk9#mQ2v7", tenant="t")
+    assert "Prl23Db" not in out.text and "Xk9#mQ2v7" not in out.text
+    assert redactor.redact(out.text, tenant="t").text == out.text
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Kind regards,\nMarta Kowalska",
+        "Thank you!\nMarta Kowalska",
+        "Yours truly,\nMarta Kowalska",
+        "Take care\nMarta Kowalska",
+        "What's your name? Marta Kowalska",
+        "what is the name on the account? Marta Kowalska",
+    ],
+)
+def test_name_cues_pass_their_gates(redactor: Redactor, text: str) -> None:
+    assert "Marta" not in redactor.redact(text, tenant="t").text, text
