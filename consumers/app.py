@@ -236,6 +236,7 @@ class Worker:
         await self.broker.stop()
         if self._tasks:
             await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self.recall.flush_touches()
         if self.deps.cache is not None:
             await self.deps.cache.stop()
         if self._nc is not None:

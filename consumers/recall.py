@@ -33,6 +33,7 @@ from memstream.storage.postgres import OwnerFilter, PgStore
 
 WEIGHTS = {"keyword": 0.7, "dense": 0.3}
 SHARED = (Scope.PROJECT, Scope.GLOBAL)  # the "resources" context
+TOUCH_EVERY_S = 0.5  # access counts are written in batches
 PER_LEG = 50  # candidates each leg hands to fusion (more for larger top_k)
 COLLAPSE_MARGIN = 10  # records read beyond top_k, for hits the collapse drops
 
@@ -117,7 +118,8 @@ def select(
 class RecallService:
     def __init__(self, pg: PgStore, vectors: VectorIndex, embedder: Embedder) -> None:
         self.pg, self.vectors, self.embedder = pg, vectors, embedder
-        self._background: set[asyncio.Task[Any]] = set()
+        self._touches: dict[str, dict[str, int]] = {}
+        self._flusher: asyncio.Task[None] | None = None
         self.served = 0
         self.failed = 0
 
@@ -219,15 +221,27 @@ class RecallService:
         )
 
     def _touch(self, tenant: str, ids: list[str]) -> None:
-        async def run() -> None:
-            try:
-                await self.pg.touch(tenant, ids)
-            except MemstreamError as exc:
-                log.warning("recall.touch_failed", error=type(exc).__name__)
+        """Queue access counts; one background flush writes them all (at most every
+        ``TOUCH_EVERY_S``), so a busy recall path costs Postgres one statement per tenant
+        per interval instead of one per request."""
+        pending = self._touches.setdefault(tenant, {})
+        for mid in ids:
+            pending[mid] = pending.get(mid, 0) + 1
+        if self._flusher is None or self._flusher.done():
+            self._flusher = asyncio.create_task(self._flush_later())
 
-        task = asyncio.create_task(run())
-        self._background.add(task)
-        task.add_done_callback(self._background.discard)
+    async def _flush_later(self) -> None:
+        await asyncio.sleep(TOUCH_EVERY_S)
+        await self.flush_touches()
+
+    async def flush_touches(self) -> None:
+        """Write the queued access counts now (also at shutdown)."""
+        touches, self._touches = self._touches, {}
+        for tenant, counts in touches.items():
+            try:
+                await self.pg.touch(tenant, counts)
+            except MemstreamError as exc:
+                log.warning("recall.touch_failed", error=type(exc).__name__, memories=len(counts))
 
 
 class EmbedderFailed(MemstreamError):

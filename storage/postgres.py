@@ -12,7 +12,7 @@ import json
 import re
 import secrets
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from importlib import resources
@@ -503,13 +503,15 @@ class PgStore:
         )
         return {str(r["id"]): _record(r) for r in rows}
 
-    async def touch(self, tenant: str, ids: Sequence[str]) -> None:
-        """Count an access of each memory (own recall only; peer reads never call this)."""
+    async def touch(self, tenant: str, counts: Mapping[str, int]) -> None:
+        """Count accesses of memories (own recall only; peer reads never call this): one
+        statement for a whole batch of recalls."""
         await self._fetch(
-            "UPDATE memories SET access_count = access_count + 1, last_accessed_at = $3 "
-            "WHERE tenant = $1 AND id = ANY($2::uuid[])",
+            "UPDATE memories m SET access_count = m.access_count + t.n, last_accessed_at = $4 "
+            "FROM unnest($2::uuid[], $3::int[]) AS t(id, n) WHERE m.tenant = $1 AND m.id = t.id",
             tenant,
-            list(ids),
+            list(counts),
+            list(counts.values()),
             self.clock(),
         )
 

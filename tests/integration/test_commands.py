@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from datetime import timedelta
 
 import nats
@@ -161,7 +160,7 @@ async def test_peer_reads_do_not_touch_access_counts(running) -> None:  # type: 
         assert p.id in any_hits and c.id not in any_hits
         assert (await planner.get(p.id)).access_count == 0
         await planner.recall("deploys")
-        await asyncio.sleep(0.2)  # access counting runs after the reply
+        await running.worker.recall.flush_touches()  # access counts are written in batches
         assert (await planner.get(p.id)).access_count == 1
 
 
