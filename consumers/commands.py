@@ -15,6 +15,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from memstream.consumers.auth import Authenticator
+from memstream.consumers.dlq import belongs_to, dead_letters
 from memstream.consumers.logs import log
 from memstream.consumers.recall import RecallService, error_reply
 from memstream.consumers.stages import Deps, _redact_candidate
@@ -226,6 +227,7 @@ class CommandService:
         if ids:
             await self.deps.vectors.delete(r.tenant, ids)
         turns = await self._purge_turns(r)
+        dead = await self._purge_dead_letters(r)
         await self._emit(
             "erased",
             r,
@@ -233,9 +235,23 @@ class CommandService:
             f"{r.user}:{r.agent}:{r.session}:{time.time()}",
             memories=len(ids),
             turns=turns,
+            dead_letters=dead,
             session=r.session,
         )
-        return Reply(counts={"memories": len(ids), "vectors": len(ids), "turns": turns})
+        return Reply(
+            counts={"memories": len(ids), "vectors": len(ids), "turns": turns, "dead_letters": dead}
+        )
+
+    async def _purge_dead_letters(self, r: ForgetOwnerRequest) -> int:
+        """Dead-lettered copies of the owner's turns and candidates (raw text may be among
+        them). Their subjects carry no owner, so the bodies are read: a scan of MEM_DLQ."""
+        s = self.deps.subjects
+        removed = 0
+        for m in await dead_letters(self.deps.js, s, None, 1_000_000):
+            if belongs_to(m.data, r.tenant, r.user, r.agent, r.session):
+                await self.deps.js.delete_msg(s.stream("dlq"), m.metadata.sequence.stream)
+                removed += 1
+        return removed
 
     async def _purge_turns(self, r: ForgetOwnerRequest) -> int:
         s = self.deps.subjects

@@ -27,6 +27,27 @@ from memstream.schemas.subjects import (
 )
 
 
+def belongs_to(
+    body: bytes, tenant: str, user: str | None, agent: str | None, session: str | None
+) -> bool:
+    """Whether a dead-lettered body (a turn event or a candidate) is the owner's (and, when
+    given, the session's). Bodies that do not decode belong to nobody."""
+    try:
+        data = json.loads(body)
+    except ValueError:
+        return False
+    if not isinstance(data, dict):
+        return False
+    owner = data.get("owner") if isinstance(data.get("owner"), dict) else data
+    if owner.get("tenant") != tenant:
+        return False
+    if user is not None and owner.get("user") != user:
+        return False
+    if agent is not None and owner.get("agent") != agent:
+        return False
+    return session is None or data.get("session") == session
+
+
 async def dead_letters(js: Any, s: Subjects, stage: str | None, limit: int) -> list[Any]:
     """Up to ``limit`` dead-lettered messages (oldest first), without consuming them."""
     sub = await js.subscribe(s.dlq(stage), stream=s.stream("dlq"), ordered_consumer=True)

@@ -217,3 +217,34 @@ async def test_bad_command_gets_a_code(running) -> None:  # type: ignore[no-unty
     msg = await nc.request(running.worker.deps.subjects.cmd("forget"), b"{}", timeout=5)
     await nc.close()
     assert b'"bad_request"' in msg.data
+
+
+async def test_erasure_also_removes_dead_lettered_copies(running) -> None:  # type: ignore[no-untyped-def]
+    """A dead-lettered copy of the owner's turn (raw text) is removed by forget_owner; other
+    owners' dead letters stay."""
+    import json as _json
+
+    s = running.worker.deps.subjects
+    js = running.worker.deps.js
+    mine = {
+        "tenant": "acme",
+        "user": "pat",
+        "session": "s",
+        "messages": [{"role": "user", "content": "pat's raw words"}],
+        "unexpected": 1,
+    }
+    theirs = {**mine, "user": "sam"}
+    for body in (mine, theirs):
+        await js.publish(s.turns("acme", body["user"], "s"), _json.dumps(body).encode())
+    from memstream.consumers.dlq import dead_letters
+
+    await running.wait_for(lambda: _count(dead_letters(js, s, "extract", 10), 2), 20, "dlq")
+    async with running.client("acme", user="pat") as pat:
+        counts = await pat.forget_owner()
+    assert counts["dead_letters"] == 1
+    left = await dead_letters(js, s, None, 10)
+    assert [_json.loads(m.data)["user"] for m in left] == ["sam"]
+
+
+async def _count(coro, n: int) -> bool:  # type: ignore[no-untyped-def]
+    return len(await coro) >= n
