@@ -39,7 +39,9 @@ def make_vector_index(settings: Settings, dim: int = 0) -> VectorIndex:
     from memstream.storage.qdrant_edge import EdgeVectorIndex
 
     return EdgeVectorIndex(
-        settings.state_dir / "qdrant" / settings.collection, idf_scope=settings.idf_scope
+        settings.state_dir / "qdrant" / settings.collection,
+        idf_scope=settings.idf_scope,
+        hnsw_ef=settings.hnsw_ef,
     )
 
 

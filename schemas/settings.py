@@ -37,6 +37,7 @@ class Settings(BaseSettings):
     # IDF statistics of the keyword leg: per tenant (no tenant's text moves another's scores),
     # per owner, or over the whole collection (fastest). See docs/recall.md.
     idf_scope: Literal["tenant", "owner", "collection"] = "tenant"
+    hnsw_ef: int | None = Field(default=None, ge=1)  # dense search width on large segments
     embedding_model: str | None = None  # a fastembed model name; default: the packaged static model
     embedding_path: Path | None = None  # a local model directory
     # Keys the redaction placeholders (same value -> same token within a tenant).

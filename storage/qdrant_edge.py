@@ -161,8 +161,12 @@ class EdgeVectorIndex:
         direct_fetch_max: int = _DIRECT_FETCH_MAX,
         direct_search_max: int = 0,
         idf_scope: IdfScope = "tenant",
+        hnsw_ef: int | None = None,
     ) -> None:
+        """``hnsw_ef``: the dense search's candidate list on HNSW-indexed segments (None: the
+        engine's default); lower is faster, at some cost in recall on large tenants."""
         self.path = Path(path)
+        self.hnsw_ef = hnsw_ef
         self.vector_name = vector_name
         self.flush_every_s = flush_every_s
         self.direct_fetch_max = direct_fetch_max
@@ -319,6 +323,7 @@ class EdgeVectorIndex:
             limit=limit,
             query=qe.Query.Nearest(list(vector), using=self.vector_name),
             filter=edge_filter(flt),
+            params=qe.SearchParams(hnsw_ef=max(self.hnsw_ef, limit)) if self.hnsw_ef else None,
             with_payload=self._payload_wanted(with_records),
         )
         return await self._query(request, limit, with_records)
