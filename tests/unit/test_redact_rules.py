@@ -7,6 +7,7 @@ import time
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from redaction_checks import assert_redaction_properties, shared_redactor
 
 from memstream.pipeline.redact import RedactionPolicy, Redactor
 
@@ -89,26 +90,7 @@ _texts = st.lists(_alphabet, max_size=40).map("".join)
 @given(_texts)
 def test_idempotent_and_outside_spans_unchanged_non_ascii(text: str) -> None:
     """The properties of test_redact.py, on text mixing multi-byte characters and secrets."""
-    r = _shared()
-    out = r.redact(text, tenant="t")
-    assert r.redact(out.text, tenant="t").text == out.text
-    rebuilt, pos = [], 0
-    for s in out.spans:
-        assert pos <= s.start < s.end <= len(text)
-        rebuilt.append(text[pos : s.start])
-        rebuilt.append(r.placeholder(s.label, text[s.start : s.end], "t"))
-        pos = s.end
-    rebuilt.append(text[pos:])
-    assert "".join(rebuilt) == out.text
-
-
-_SHARED: list[Redactor] = []
-
-
-def _shared() -> Redactor:
-    if not _SHARED:
-        _SHARED.append(Redactor(key=KEY))
-    return _SHARED[0]
+    assert_redaction_properties(shared_redactor(), text)
 
 
 @pytest.mark.parametrize(
