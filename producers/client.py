@@ -121,6 +121,7 @@ class MemoryClient:
         recall_timeout: float = 2.0,
         publish_timeout: float = 5.0,
         command_timeout: float = 10.0,
+        connect_timeout: float = 2.0,
         api_key: str | None = None,
     ) -> None:
         self.tenant, self.user, self.agent = tenant, user, agent
@@ -128,6 +129,9 @@ class MemoryClient:
         self.subjects = Subjects(namespace or os.environ.get("MEMSTREAM_NAMESPACE", "mem"))
         self.recall_timeout, self.publish_timeout = recall_timeout, publish_timeout
         self.command_timeout = command_timeout
+        self.connect_timeout = connect_timeout
+        self.connection_errors = 0
+        self._connecting = asyncio.Lock()
         self._api_key = api_key or os.environ.get("MEMSTREAM_API_KEY")
         self._nc: Any = None
         self._js: Any = None
@@ -135,15 +139,30 @@ class MemoryClient:
         self.publish_failures = 0
 
     async def connect(self) -> MemoryClient:
-        if self._nc is None:
-            try:
-                self._nc = await nats.connect(
-                    self._url, name="memstream-sdk", connect_timeout=2, max_reconnect_attempts=-1
-                )
-            except (OSError, NatsError) as exc:
-                raise MemoryClientError("cannot connect to the memory service") from exc
-            self._js = self._nc.jetstream()
+        """Connect once (concurrent callers share the attempt). A server that cannot be
+        reached fails within ``connect_timeout`` with ``MemoryClientError``: it never hangs the
+        agent. Once connected, the client reconnects on its own."""
+        async with self._connecting:
+            if self._nc is None:
+                try:
+                    nc = await asyncio.wait_for(
+                        nats.connect(
+                            self._url,
+                            name="memstream-sdk",
+                            connect_timeout=self.connect_timeout,
+                            max_reconnect_attempts=-1,
+                            error_cb=self._on_error,
+                        ),
+                        self.connect_timeout,
+                    )
+                except (OSError, NatsError, TimeoutError) as exc:
+                    raise MemoryClientError("cannot connect to the memory service") from exc
+                self._nc, self._js = nc, nc.jetstream()
         return self
+
+    async def _on_error(self, exc: Exception) -> None:
+        """Connection errors are counted, not printed: the agent's output stays its own."""
+        self.connection_errors += 1
 
     async def close(self) -> None:
         if self._pending:
