@@ -207,7 +207,7 @@ class RuleExtractor:
                             source_event_id=event.event_id,
                             occurred_at=event.occurred_at,
                             metadata=meta,
-                        tags=list(event.tags),
+                            tags=list(event.tags),
                         )
                     )
                     break  # one type per sentence: the first (most specific) rule wins
