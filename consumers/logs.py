@@ -1,4 +1,7 @@
-"""structlog, configured once: JSON when stdout is not a TTY, console when it is."""
+"""structlog, configured once: JSON when stderr is not a TTY, console when it is.
+
+Tracebacks never carry local variables (they may hold message bodies): as data in JSON, as
+plain text on the console."""
 
 from __future__ import annotations
 
@@ -6,20 +9,27 @@ import logging
 import sys
 
 import structlog
+import structlog.tracebacks
 
 
 def configure(level: str = "INFO") -> None:
-    renderer: structlog.typing.Processor = (
-        structlog.dev.ConsoleRenderer()
-        if sys.stderr.isatty()
-        else structlog.processors.JSONRenderer()
+    tty = sys.stderr.isatty()
+    tail: list[structlog.typing.Processor] = (
+        [structlog.dev.ConsoleRenderer(exception_formatter=structlog.dev.plain_traceback)]
+        if tty
+        else [
+            structlog.processors.ExceptionRenderer(
+                structlog.tracebacks.ExceptionDictTransformer(show_locals=False)
+            ),
+            structlog.processors.JSONRenderer(),
+        ]
     )
     structlog.configure(
         processors=[
             structlog.contextvars.merge_contextvars,
             structlog.processors.add_log_level,
             structlog.processors.TimeStamper(fmt="iso", utc=True),
-            renderer,
+            *tail,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(logging.getLevelName(level.upper())),
         logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
