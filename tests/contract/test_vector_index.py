@@ -321,6 +321,33 @@ async def test_sparse_idf_scope_picks_the_corpus(
     await idx.close()
 
 
+async def test_sparse_idf_follows_overwrites_and_deletes(index: VectorIndex) -> None:
+    """The IDF statistics move with every write: an overwrite takes the old terms out, a
+    delete takes the point out, a dense-only overwrite leaves the keyword corpus; deleting
+    by another tenant's name changes nothing."""
+    a = [point(axis(0), sparse={1: 1.0}) for _ in range(4)]
+    b = point(axis(0), sparse={2: 1.0})
+    await index.upsert([*a, b])
+    flt = VectorFilter(tenant="acme")
+
+    async def score_of(term: int) -> float:
+        return (await index.search_sparse({term: 1.0}, flt, 10))[0][1]
+
+    assert await score_of(1) == pytest.approx(bm25_idf(4, 5), rel=1e-4)
+    await index.upsert([point(axis(0), id=a[0].id, sparse={2: 1.0})])  # term 1 -> term 2
+    assert await score_of(1) == pytest.approx(bm25_idf(3, 5), rel=1e-4)
+    assert await score_of(2) == pytest.approx(bm25_idf(2, 5), rel=1e-4)
+    await index.delete("globex", [a[1].id, b.id])  # not that tenant's points: no change
+    assert await score_of(1) == pytest.approx(bm25_idf(3, 5), rel=1e-4)
+    await index.delete("acme", [b.id])
+    assert await score_of(2) == pytest.approx(bm25_idf(1, 4), rel=1e-4)
+    await index.upsert([point(axis(0), id=a[1].id, sparse=None)])  # now dense-only
+    assert await score_of(1) == pytest.approx(bm25_idf(2, 3), rel=1e-4)
+    dup = point(axis(0), sparse={1: 1.0})
+    await index.upsert([dup, dup])  # one id twice in a batch: one point
+    assert await score_of(1) == pytest.approx(bm25_idf(3, 4), rel=1e-4)
+
+
 async def test_point_without_sparse_never_matches_sparse_search(index: VectorIndex) -> None:
     """A point upserted without a sparse vector (None or empty) is dense-only."""
     none, empty, keyed = point(axis(0), sparse=None), point(axis(0), sparse={}), point(axis(0))
@@ -651,6 +678,39 @@ async def test_edge_data_survives_close_and_reopen(tmp_path: Path) -> None:
         i for i, _ in await second.search_sparse({WORD: 1.0}, VectorFilter(tenant="acme"), 3)
     ] == [p.id]
     await second.close()
+
+
+async def test_edge_term_statistics_are_rebuilt_on_reopen(tmp_path: Path) -> None:
+    """Qdrant Edge keeps BM25 statistics itself: a new instance over the shard counts them
+    again from the stored points (the same scores as before), per tenant."""
+    first = EdgeVectorIndex(tmp_path / "shard")
+    await first.ensure(DIM)
+    await first.upsert([point(axis(0), sparse={1: 1.0, 2: 0.5}) for _ in range(3)])
+    await first.upsert([point(axis(0), sparse={2: 1.0}) for _ in range(5)])
+    await first.upsert([point(axis(0), tenant="globex", sparse={1: 1.0}) for _ in range(9)])
+    flt = VectorFilter(tenant="acme")
+    before = await first.search_sparse({1: 1.0, 2: 1.0}, flt, 10)
+    await first.close()
+    second = EdgeVectorIndex(tmp_path / "shard")
+    await second.ensure(DIM)
+    assert await second.search_sparse({1: 1.0, 2: 1.0}, flt, 10) == before
+    assert before[0][1] == pytest.approx(bm25_idf(3, 8) + 0.5 * bm25_idf(8, 8), rel=1e-4)
+    await second.close()
+
+
+async def test_edge_shard_with_the_engine_idf_modifier_still_answers(tmp_path: Path) -> None:
+    """Qdrant Edge: a shard built before the statistics were kept here (bm25 with the
+    engine's IDF modifier) loads as it is and scores the same."""
+    dense = qe.EdgeVectorParams(size=DIM, distance=qe.Distance.Cosine)
+    sparse = qe.EdgeSparseVectorParams(modifier=qe.Modifier.Idf)
+    config = qe.EdgeConfig(vectors={"dense": dense}, sparse_vectors={"bm25": sparse})
+    qe.EdgeShard.create(str(tmp_path / "shard"), config).close()
+    idx = EdgeVectorIndex(tmp_path / "shard")
+    await idx.ensure(DIM)
+    await idx.upsert([point(axis(0), sparse={1: 1.0}), point(axis(0), sparse={2: 1.0})])
+    hits = await idx.search_sparse({1: 1.0}, VectorFilter(tenant="acme"), 5)
+    assert [s for _, s in hits] == [pytest.approx(bm25_idf(1, 2), rel=1e-4)]
+    await idx.close()
 
 
 def test_edge_acknowledged_upsert_survives_a_killed_process(tmp_path: Path) -> None:

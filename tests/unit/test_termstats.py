@@ -1,0 +1,63 @@
+"""TermStats: the per-corpus document frequencies behind the Edge adapter's keyword leg."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from memstream.storage.ports import VectorFilter
+from memstream.storage.termstats import TermStats, idf
+
+
+def test_idf_is_qdrants_formula() -> None:
+    assert idf(10, 1) == pytest.approx(math.log((10 - 1 + 0.5) / 1.5 + 1))
+    assert idf(10, 10) < idf(10, 5) < idf(10, 1)
+
+
+def test_weigh_multiplies_query_weights_by_the_corpus_idf() -> None:
+    stats = TermStats("tenant")
+    acme = stats.corpora("acme", "ann", None)
+    for terms in ([1, 2], [1], [1, 3]):
+        stats.add(acme, terms)
+    stats.add(stats.corpora("globex", "bob", None), [2])
+    weights = stats.weigh(stats.corpus_of(VectorFilter(tenant="acme")), {1: 2.0, 2: 1.0, 9: 1.0})
+    assert weights == {1: pytest.approx(2.0 * idf(3, 3)), 2: pytest.approx(idf(3, 1))}
+    assert stats.weigh(("t", "initech"), {1: 1.0}) == {}
+
+
+def test_removing_every_point_forgets_the_corpus() -> None:
+    stats = TermStats("tenant")
+    acme = stats.corpora("acme", None, "bot")
+    stats.add(acme, [1, 2])
+    stats.add(acme, [1, 2], -1)
+    assert stats.points(("t", "acme")) == 0
+    assert stats.weigh(("t", "acme"), {1: 1.0}) == {}
+
+
+def test_a_point_without_terms_is_in_no_corpus() -> None:
+    stats = TermStats("collection")
+    stats.add(stats.corpora("acme", "ann", None), [])
+    assert stats.points(("",)) == 0
+
+
+@pytest.mark.parametrize(
+    ("user", "agent", "corpus"),
+    [
+        ("ann", "bot", ("ua", "acme", "ann", "bot")),
+        ("ann", None, ("u", "acme", "ann")),
+        (None, "bot", ("a", "acme", "bot")),
+        (None, None, ("t", "acme")),
+    ],
+)
+def test_owner_scope_picks_the_owner_the_filter_names(
+    user: str | None, agent: str | None, corpus: tuple[str, ...]
+) -> None:
+    stats = TermStats("owner")
+    stats.add(stats.corpora("acme", "ann", "bot"), [1])
+    stats.add(stats.corpora("acme", "ann", "other"), [1])
+    stats.add(stats.corpora("acme", "zed", "bot"), [2])
+    flt = VectorFilter(tenant="acme", user=user, agent=agent)
+    assert stats.corpus_of(flt) == corpus
+    expected_n = {"ua": 1, "u": 2, "a": 2, "t": 3}[corpus[0]]
+    assert stats.points(corpus) == expected_n
