@@ -2,8 +2,8 @@
 
 The embedded default (no ``qdrant_url``). One point per memory, id = memory id, a named dense
 vector (cosine, int8 scalar-quantized, rescored) and a sparse vector ``bm25`` (the keyword leg;
-points upserted without ``sparse`` have none and never match ``search_sparse``). The payload is every
-field of ``VectorPoint`` but the vectors: keyword indexes on tenant (a tenant index), user,
+points upserted without ``sparse`` have none and never match ``search_sparse``). The payload
+is every field of ``VectorPoint`` but the vectors: keyword indexes on tenant (a tenant index), user,
 agent, session, type, scope, tags; float indexes on occurred_at and expires_at; a bool index
 on pinned; ``record`` stored unindexed and handed back by ``fetch`` / ``with_records=True``.
 
@@ -30,10 +30,13 @@ write, ~23 ms each; the WAL append alone takes ~0.05 ms). Postgres stays the rec
 
 Threads: single-point writes (~0.05 ms) and fetches of up to 64 ids (~0.3 ms) run on the
 event loop; batches, flushes, searches and ``optimize`` run in ``asyncio.to_thread`` (~0.1-0.2
-ms overhead); the engine releases the GIL and locks internally. Searches stay in a thread by
-default (``direct_search_max=0``): at 100k points they take 1-3 ms optimized and 15-30 ms
-before ``optimize()`` (exact scan), too long to hold the loop. Each search uses one engine
-thread (``search_threads=1``): with the engine's own pool, p95 was 2.3x p50 on 2 cores.
+ms overhead, but p95 1.7 ms on a busy 2-core machine); the engine releases the GIL and locks
+internally. Searches of up to ``direct_search_max`` hits run on the loop while the shard is
+known to be nearly optimized (at most ``inline_unoptimized_max`` points written since the last
+completed ``optimize()``; unknown after a load): at 100k points a search then takes 0.7-1.5
+ms, less than the thread hop's tail. Otherwise (exact scans of unindexed segments take 15-30
+ms at 100k points) they go to a thread. Each search uses one engine thread
+(``search_threads=1``): with the engine's own pool, p95 was 2.3x p50 on 2 cores.
 
 Existing shards: ``ensure()`` on a shard of the previous version (no ``bm25``) adds the sparse
 vector in place; old points get one when upserted again.
@@ -167,7 +170,8 @@ class EdgeVectorIndex:
         flush_every_s: float = 5.0,
         clock: Callable[[], float] = time.monotonic,
         direct_fetch_max: int = _DIRECT_FETCH_MAX,
-        direct_search_max: int = 0,
+        direct_search_max: int = 100,
+        inline_unoptimized_max: int = 10_000,
         idf_scope: IdfScope = "tenant",
         hnsw_ef: int | None = None,
         search_threads: int = 1,
@@ -190,6 +194,8 @@ class EdgeVectorIndex:
         self.flush_every_s = flush_every_s
         self.direct_fetch_max = direct_fetch_max
         self.direct_search_max = direct_search_max  # limit up to which a search runs inline
+        self.inline_unoptimized_max = inline_unoptimized_max
+        self._since_optimize: int | None = None  # points written since; None: unknown
         self.idf_scope = idf_scope
         self._clock = clock
         self._shard: qe.EdgeShard | None = None
@@ -211,6 +217,13 @@ class EdgeVectorIndex:
         if inline:
             return self._call(action, fn, *args)
         return await self._in_thread(action, fn, *args)
+
+    @property
+    def searches_inline(self) -> bool:
+        """Whether searches run on the event loop now: only while the shard is known to be
+        nearly optimized (see the module docstring)."""
+        since = self._since_optimize
+        return since is not None and since <= self.inline_unoptimized_max
 
     @property
     def shard(self) -> qe.EdgeShard:
@@ -262,6 +275,7 @@ class EdgeVectorIndex:
                 vectors=dense, sparse_vectors={SPARSE_NAME: plain}, **self._tuning()
             )
             shard = await self._in_thread("create", qe.EdgeShard.create, str(self.path), config)
+            self._since_optimize = 0
         elif SPARSE_NAME in (persisted := self._persisted_sparse()):
             engine_idf = (persisted[SPARSE_NAME] or {}).get("modifier") == "idf"
             sparse = qe.EdgeSparseVectorParams(modifier=qe.Modifier.Idf) if engine_idf else plain
@@ -382,6 +396,8 @@ class EdgeVectorIndex:
             stats = self._stats
             old = await self._stored_terms(list(self._ids([p.id for p in points])))
             await self._write(op, len(points))
+            if self._since_optimize is not None:
+                self._since_optimize += len(points)
             if stats is not None:
                 for corpora, terms in old:
                     stats.add(corpora, terms, -1)
@@ -392,7 +408,7 @@ class EdgeVectorIndex:
     async def _query(
         self, request: qe.QueryRequest, limit: int, with_records: bool
     ) -> list[Hit] | list[RecordHit]:
-        inline = limit <= self.direct_search_max
+        inline = limit <= self.direct_search_max and self.searches_inline
         hits = await self._read("query", inline, self.shard.query, request)
         if with_records:
             return [(str(h.id), float(h.score), _record(h.payload)) for h in hits]
@@ -535,7 +551,11 @@ class EdgeVectorIndex:
         """Build HNSW graphs and merge segments (blocking work, in a thread): ~40 s per 100k
         points here. Searches work without it (exact scan of the filtered points)."""
         async with self._optimize_lock:
-            return await self._in_thread("optimize", self.shard.optimize)
+            written = self._since_optimize or 0
+            done = await self._in_thread("optimize", self.shard.optimize)
+            # what was written while it ran may sit in a new unindexed segment
+            self._since_optimize = max(0, (self._since_optimize or 0) - written)
+            return done
 
     async def close(self) -> None:
         """Flush the segments and release the shard's files (and its WAL lock)."""

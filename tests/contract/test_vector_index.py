@@ -698,6 +698,28 @@ async def test_edge_term_statistics_are_rebuilt_on_reopen(tmp_path: Path) -> Non
     await second.close()
 
 
+async def test_edge_searches_leave_the_loop_while_much_is_unoptimized(tmp_path: Path) -> None:
+    """Qdrant Edge: searches run inline on a new shard, in a thread once more than
+    inline_unoptimized_max points wait for optimize(), inline again after it; a loaded
+    shard's state is unknown until its first optimize()."""
+    idx = EdgeVectorIndex(tmp_path / "shard", inline_unoptimized_max=3)
+    await idx.ensure(DIM)
+    assert idx.searches_inline
+    await idx.upsert([point(axis(i)) for i in range(4)])
+    assert not idx.searches_inline
+    assert len(await idx.search(axis(0), VectorFilter(tenant="acme"), 10)) == 4
+    await idx.optimize()
+    assert idx.searches_inline
+    await idx.close()
+    again = EdgeVectorIndex(tmp_path / "shard")
+    await again.ensure(DIM)
+    assert not again.searches_inline
+    await again.optimize()
+    assert again.searches_inline
+    assert len(await again.search(axis(0), VectorFilter(tenant="acme"), 10)) == 4
+    await again.close()
+
+
 async def test_edge_shard_with_the_engine_idf_modifier_still_answers(tmp_path: Path) -> None:
     """Qdrant Edge: a shard built before the statistics were kept here (bm25 with the
     engine's IDF modifier) loads as it is and scores the same."""
