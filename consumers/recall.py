@@ -35,7 +35,7 @@ WEIGHTS = {"keyword": 0.7, "dense": 0.3}
 SHARED = (Scope.PROJECT, Scope.GLOBAL)  # the "resources" context
 TOUCH_EVERY_S = 0.5  # access counts are written in batches
 PER_LEG = 50  # candidates each leg hands to fusion (more for larger top_k)
-COLLAPSE_MARGIN = 10  # records read beyond top_k, for hits the collapse drops
+FETCH_MARGIN = 2  # records read beyond top_k at first; more pages only if collapse drops many
 
 
 def error_reply(code: ErrorCode, message: str) -> bytes:
@@ -136,14 +136,26 @@ class RecallService:
             return []
         return await self.vectors.search_sparse(sparse, vflt, n)
 
-    async def _with_records(
-        self, tenant: str, scored: list[tuple[str, float]], want: int
-    ) -> list[tuple[Mapping[str, Any], float]]:
-        """Records of the best ``want`` ids (plus a margin for hits the collapse drops), read
-        in one call: legs search without payloads, which is several times faster."""
-        head = scored[: want + COLLAPSE_MARGIN]
-        records = await self.vectors.fetch(tenant, [mid for mid, _ in head])
-        return [(records[mid], s) for mid, s in head if mid in records]
+    async def _select_fetched(
+        self, req: RecallRequest, scored: list[tuple[str, float]]
+    ) -> tuple[list[Hit], bool]:
+        """``select`` over the best ids, their records read from the index in pages (legs
+        search without payloads, which is several times faster): first ``top_k`` plus a small
+        margin, more only while the collapse leaves ``top_k`` unfilled (a fetch of 20 records
+        costs ~1 ms at 100k points, of 12 ~0.6 ms)."""
+        ranked: list[tuple[Mapping[str, Any], float]] = []
+        pos, step = 0, req.limit + FETCH_MARGIN
+        while True:
+            head = scored[pos : pos + step]
+            if head:
+                records = await self.vectors.fetch(req.tenant, [mid for mid, _ in head])
+                ranked += [(records[mid], s) for mid, s in head if mid in records]
+            pos += len(head)
+            hits, truncated = select(ranked, req)
+            below = bool(head) and head[-1][1] < req.score_threshold  # the rest is lower
+            if len(hits) >= req.limit or truncated or below or pos >= len(scored):
+                return hits, truncated
+            step = req.limit
 
     async def _postgres_keyword(
         self, req: RecallRequest, flt: OwnerFilter, n: int
@@ -185,27 +197,25 @@ class RecallService:
                 raise result
             else:
                 answered[name] = result
-        ranked: list[tuple[Mapping[str, Any], float]]
         if index_down:
             degraded.append("vector_index")
             if "embedder" not in degraded and req.method is Method.VECTOR:
                 raise MemstreamError("the vector index is down")
             ranked = await self._postgres_keyword(req, flt, n)  # raises if Postgres is down too
+            hits, truncated = select(ranked, req)
         elif not answered:
             # only the dense leg was asked for and the embedder failed: keyword instead
             kw = await self._keyword(req, vflt, n)
             top = kw[0][1] if kw else 1.0
-            ranked = await self._with_records(req.tenant, [(m, s / top) for m, s in kw], req.limit)
+            hits, truncated = await self._select_fetched(req, [(m, s / top) for m, s in kw])
         elif req.method is Method.HYBRID and len(answered) == 2:
-            fused = linear(answered, WEIGHTS)
-            ranked = await self._with_records(req.tenant, fused, req.limit)
+            hits, truncated = await self._select_fetched(req, linear(answered, WEIGHTS))
         else:
-            ((name, hits),) = answered.items()
-            top = hits[0][1] if hits and name == "keyword" else 1.0
-            scored = [(m, max(0.0, min(1.0, s / top))) for m, s in hits]
-            ranked = await self._with_records(req.tenant, scored, req.limit)
+            ((name, leg),) = answered.items()
+            top = leg[0][1] if leg and name == "keyword" else 1.0
+            scored = [(m, max(0.0, min(1.0, s / top))) for m, s in leg]
+            hits, truncated = await self._select_fetched(req, scored)
         searched = time.perf_counter()
-        hits, truncated = select(ranked, req)
         if hits and touch:
             self._touch(req.tenant, [h.id for h in hits])
         done = time.perf_counter()

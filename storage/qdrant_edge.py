@@ -76,7 +76,7 @@ __all__ = ["EdgeVectorIndex"]
 T = TypeVar("T")
 
 SPARSE_NAME = "bm25"
-KEYWORD_FIELDS = ("user", "agent", "session", "type", "scope", "tags")
+KEYWORD_FIELDS = ("owner", "user", "agent", "session", "type", "scope", "tags")
 FLOAT_FIELDS = ("occurred_at", "expires_at")
 BOOL_FIELDS = ("pinned",)
 _DIRECT_WRITE_MAX = 16  # points per write run on the loop; larger batches go to a thread
@@ -86,9 +86,31 @@ _OWNER_FIELDS = ["tenant", "user", "agent"]
 _CONFIG_FILE = "edge_config.json"
 
 
+def owner_key(tenant: str, user: str | None, agent: str | None) -> str | None:
+    """One keyword for a tenant's user, agent or user-and-agent (JSON: unambiguous whatever
+    the ids hold); None for the tenant alone."""
+    if user is not None and agent is not None:
+        return json.dumps(["ua", tenant, user, agent])
+    if user is not None:
+        return json.dumps(["u", tenant, user])
+    if agent is not None:
+        return json.dumps(["a", tenant, agent])
+    return None
+
+
+def owner_keys(tenant: str, user: str | None, agent: str | None) -> list[str]:
+    """Every owner key a point of this owner matches: one owner condition replaces the
+    tenant, user and agent conditions in searches (each payload condition costs ~0.2-0.4 ms
+    per search at 3k-100k points in the tenant, measured)."""
+    keys = [owner_key(tenant, user, None), owner_key(tenant, None, agent)]
+    keys.append(owner_key(tenant, user, agent))
+    return sorted({k for k in keys if k is not None})
+
+
 def payload(p: VectorPoint) -> dict[str, Any]:
     """Everything in the point but the vectors; absent values are stored as null."""
     return {
+        "owner": owner_keys(p.tenant, p.user, p.agent),
         "tenant": p.tenant,
         "user": p.user,
         "agent": p.agent,
@@ -108,11 +130,12 @@ def _match(key: str, value: str) -> qe.FieldCondition:
 
 
 def edge_filter(flt: VectorFilter) -> qe.Filter:
-    """Tenant always; every other field of ``flt`` narrows (AND); expired points are hidden."""
-    must: list[Any] = [_match("tenant", flt.tenant)]
-    for key, value in (("user", flt.user), ("agent", flt.agent), ("session", flt.session)):
-        if value is not None:
-            must.append(_match(key, value))
+    """Tenant always (in the owner key when the filter names a user or an agent); every other
+    field of ``flt`` narrows (AND); expired points are hidden."""
+    owner = owner_key(flt.tenant, flt.user, flt.agent)
+    must: list[Any] = [_match("owner", owner) if owner else _match("tenant", flt.tenant)]
+    if flt.session is not None:
+        must.append(_match("session", flt.session))
     if flt.types:
         must.append(qe.FieldCondition("type", match=qe.MatchAny([t.value for t in flt.types])))
     if flt.scopes:
@@ -293,14 +316,13 @@ class EdgeVectorIndex:
             except MemstreamError:
                 await self._in_thread("close", shard.close)
                 raise
-        if not engine_idf:
-            stats = TermStats(self.idf_scope)
-            try:
-                await self._in_thread("scan", self._count_terms, shard, stats)
-            except MemstreamError:
-                await self._in_thread("close", shard.close)
-                raise
-            self._stats = stats
+        stats = None if engine_idf else TermStats(self.idf_scope)
+        try:
+            await self._in_thread("scan", self._scan, shard, stats)
+        except MemstreamError:
+            await self._in_thread("close", shard.close)
+            raise
+        self._stats = stats
         self._shard, self._dim = shard, dim
         existing = set(self._call("info", shard.info).payload_schema)
         wanted: list[tuple[str, Any]] = [("tenant", qe.KeywordIndexParams(is_tenant=True))]
@@ -329,19 +351,31 @@ class EdgeVectorIndex:
             )
         return out
 
-    def _count_terms(self, shard: qe.EdgeShard, stats: TermStats) -> None:
-        """Count every stored point into ``stats`` (blocking: run in a thread)."""
+    def _scan(self, shard: qe.EdgeShard, stats: TermStats | None) -> None:
+        """Count every stored point into ``stats`` and give points stored before owner keys
+        existed theirs (blocking: run in a thread)."""
         offset = None
         while True:
             page = qe.ScrollRequest(
                 offset=offset,
                 limit=_SCAN_PAGE,
-                with_payload=qe.PayloadSelector.Include(_OWNER_FIELDS),
-                with_vector=[SPARSE_NAME],
+                with_payload=qe.PayloadSelector.Include([*_OWNER_FIELDS, "owner"]),
+                with_vector=[SPARSE_NAME] if stats is not None else False,
             )
             records, offset = shard.scroll(page)
-            for corpora, terms in self._owned_terms(stats, records):
-                stats.add(corpora, terms)
+            if stats is not None:
+                for corpora, terms in self._owned_terms(stats, records):
+                    stats.add(corpora, terms)
+            keyless: dict[tuple[str, str | None, str | None], list[Any]] = {}
+            for r in records:
+                p = r.payload or {}
+                if "owner" not in p and "tenant" in p:
+                    keyless.setdefault((p["tenant"], p.get("user"), p.get("agent")), []).append(
+                        r.id
+                    )
+            for (tenant, user, agent), ids in keyless.items():
+                keys = {"owner": owner_keys(tenant, user, agent)}
+                shard.update(qe.UpdateOperation.set_payload(ids, keys))
             if offset is None:
                 return
 

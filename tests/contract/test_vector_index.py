@@ -554,6 +554,12 @@ async def test_ensure_adds_bm25_to_a_previous_version_collection(
     await idx.upsert([new])
     flt = VectorFilter(tenant="acme")
     assert await ids(idx, flt) == {old_id, new.id}
+    for owner in (
+        VectorFilter(tenant="acme", user="ann"),
+        VectorFilter(tenant="acme", agent="bot"),
+    ):
+        assert await ids(idx, owner) == {old_id, new.id}  # old points get owner keys too
+    assert await ids(idx, VectorFilter(tenant="acme", user="bob")) == set()
     assert [i for i, _ in await idx.search_sparse({1: 1.0}, flt, 5)] == [new.id]
     assert await idx.fetch("acme", [old_id, new.id]) == {old_id: {}, new.id: {"v": 1}}
     await idx.close()

@@ -1,0 +1,97 @@
+"""Recall reads hit records from the index in pages: top_k plus a small margin first, more
+only while the collapse of covered hits leaves top_k unfilled (a real Qdrant Edge shard)."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from memstream.consumers.recall import RecallService
+from memstream.schemas.memory import MemoryType, Scope
+from memstream.schemas.recall import RecallRequest
+from memstream.storage.ports import VectorPoint
+from memstream.storage.qdrant_edge import EdgeVectorIndex
+
+
+class Counting(EdgeVectorIndex):
+    fetched: list[int]
+
+    async def fetch(self, tenant, ids):  # type: ignore[no-untyped-def]
+        self.fetched.append(len(ids))
+        return await super().fetch(tenant, ids)
+
+
+@pytest.fixture
+async def index(tmp_path: Path) -> AsyncIterator[Counting]:
+    idx = Counting(tmp_path / "shard")
+    idx.fetched = []
+    await idx.ensure(4)
+    yield idx
+    await idx.close()
+
+
+def record(mid: str, source: str) -> dict[str, object]:
+    return {
+        "id": mid,
+        "text": f"memory {mid}",
+        "type": "fact",
+        "scope": "user",
+        "session": "s",
+        "source_event_ids": [source],
+        "occurred_at": "2026-01-01T00:00:00+00:00",
+        "created_at": "2026-01-01T00:00:00+00:00",
+    }
+
+
+async def store(index: EdgeVectorIndex, sources: list[str]) -> list[str]:
+    ids = [str(uuid.uuid4()) for _ in sources]
+    await index.upsert(
+        [
+            VectorPoint(
+                id=mid,
+                vector=[1.0, 0.0, 0.0, 0.0],
+                tenant="acme",
+                user="ann",
+                agent=None,
+                session="s",
+                type=MemoryType.FACT,
+                scope=Scope.USER,
+                occurred_at=0.0,
+                record=record(mid, src),
+            )
+            for mid, src in zip(ids, sources, strict=True)
+        ]
+    )
+    return ids
+
+
+async def test_one_page_when_nothing_collapses(index: Counting) -> None:
+    ids = await store(index, [f"e{i}" for i in range(30)])
+    svc = RecallService(None, index, None)  # type: ignore[arg-type] - only the index is read
+    req = RecallRequest(tenant="acme", user="ann", query="q", top_k=5)
+    hits, truncated = await svc._select_fetched(req, [(m, 1 - i / 100) for i, m in enumerate(ids)])
+    assert [h.id for h in hits] == ids[:5] and not truncated
+    assert index.fetched == [7]
+
+
+async def test_more_pages_while_the_collapse_drops_hits(index: Counting) -> None:
+    """The first 15 memories all come from one event: 14 of them add nothing."""
+    ids = await store(index, ["same"] * 15 + [f"e{i}" for i in range(15)])
+    svc = RecallService(None, index, None)  # type: ignore[arg-type]
+    req = RecallRequest(tenant="acme", user="ann", query="q", top_k=5)
+    hits, _ = await svc._select_fetched(req, [(m, 1 - i / 100) for i, m in enumerate(ids)])
+    assert [h.id for h in hits] == [ids[0], *ids[15:19]]
+    assert index.fetched == [7, 5, 5, 5]
+
+
+async def test_paging_stops_below_the_threshold(index: Counting) -> None:
+    ids = await store(index, ["same"] * 20)
+    svc = RecallService(None, index, None)  # type: ignore[arg-type]
+    req = RecallRequest(tenant="acme", user="ann", query="q", top_k=5, score_threshold=0.5)
+    scored = [(m, 0.9 if i < 3 else 0.1) for i, m in enumerate(ids)]
+    hits, _ = await svc._select_fetched(req, scored)
+    assert [h.id for h in hits] == [ids[0]]
+    assert index.fetched == [7]
