@@ -61,3 +61,20 @@ def test_owner_scope_picks_the_owner_the_filter_names(
     assert stats.corpus_of(flt) == corpus
     expected_n = {"ua": 1, "u": 2, "a": 2, "t": 3}[corpus[0]]
     assert stats.points(corpus) == expected_n
+
+
+def test_owner_keys_are_unambiguous() -> None:
+    """The Edge adapter's owner keys: a point matches the key of its user, of its agent and
+    of both; ids holding separators or quotes cannot collide with other owners."""
+    from memstream.storage.qdrant_edge import owner_key, owner_keys
+
+    keys = owner_keys("acme", "ann", "bot")
+    assert set(keys) == {
+        owner_key("acme", "ann", None),
+        owner_key("acme", None, "bot"),
+        owner_key("acme", "ann", "bot"),
+    }
+    assert owner_key("acme", None, None) is None
+    assert owner_key('a","u', "b", None) != owner_key("a", 'u","b', None)
+    assert owner_key("acme", "ann", None) != owner_key("acme", None, "ann")
+    assert owner_keys("acme", None, None) == []
