@@ -157,7 +157,8 @@ class Worker:
             self.recall.failed += 1
             return error_reply(ErrorCode.UNAUTHORIZED, refusal)
         cache = self.deps.cache if req.cache else None
-        if cache is not None and (cached := await cache.get(req)) is not None:
+        key = cache.key(req) if cache is not None else ""
+        if cache is not None and (cached := await cache.get(key)) is not None:
             self.recall.served += 1
             return cached
         try:
@@ -171,7 +172,7 @@ class Worker:
             return error_reply(ErrorCode.INTERNAL, "recall failed inside the server")
         self.recall.served += 1
         if cache is not None and not reply.degraded:
-            self._spawn(cache.put(req, reply))
+            self._spawn(cache.put(key, reply))
         return reply.model_dump_json().encode()
 
     def _spawn(self, coro: Any) -> None:

@@ -4,9 +4,14 @@ Entries live ``recall_cache_ttl_s`` (short). A key is a digest of the request an
 owner's *generations*: random tokens kept in the same bucket under ``gen.<digest>``, one per
 (tenant, user) and per (tenant, agent). Every change to a memory bumps the generations of its
 owners (``bump``), so later lookups compute new keys and miss: invalidation is one KV put,
-whatever the number of cached queries. Workers follow generations with a KV watch, so a
-lookup costs one KV get; for the few milliseconds a bump takes to reach a worker, a lookup
-may still hit the old entry, and never longer than the TTL.
+whatever the number of cached queries. Workers follow generations with a KV watch; for the
+few milliseconds a bump takes to reach a worker, a lookup may still hit the old entry, and
+never longer than the TTL.
+
+Workers also follow which entries exist (a second watch, on ``q.>``, headers only: keys, no
+values), so a miss costs no network call: only a key the bucket holds is fetched (one KV get,
+~0.4 ms here, a lookup that was paid on every recall before). A put that another worker made
+a moment ago may not be known yet: that lookup misses and recall runs as usual.
 
 Replaying a bump or losing a gen key to the TTL is safe: a missing generation reads as
 ``-``, and every entry keyed with ``-`` is older than the bump that replaced it (see
@@ -18,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import time
 import uuid
 from typing import Any
 
@@ -38,11 +44,15 @@ def gen_key(tenant: str, kind: str, name: str) -> str:
 
 
 class RecallCache:
+    PRUNE_EVERY = 4096  # known keys: drop the expired ones every this many new keys
+
     def __init__(self, js: JetStreamContext, bucket: str, ttl_s: float) -> None:
         self.js, self.bucket, self.ttl_s = js, bucket, ttl_s
         self.kv: Any = None
         self.gens: dict[str, str] = {}
-        self._watch: asyncio.Task[None] | None = None
+        self.known: dict[str, float] = {}  # entry key -> when it expires (monotonic)
+        self._watches: list[asyncio.Task[None]] = []
+        self._added = 0
         self.hits = 0
         self.misses = 0
 
@@ -58,10 +68,14 @@ class RecallCache:
             self.kv = await self.js.key_value(self.bucket)
         except BucketNotFoundError:
             self.kv = await self.js.create_key_value(cfg)
-        watcher = await self.kv.watch("gen.>")
-        self._watch = asyncio.create_task(self._follow(watcher))
+        gens = await self.kv.watch("gen.>")
+        entries = await self.kv.watch("q.>", meta_only=True)
+        self._watches = [
+            asyncio.create_task(self._follow_gens(gens)),
+            asyncio.create_task(self._follow_entries(entries)),
+        ]
 
-    async def _follow(self, watcher: Any) -> None:
+    async def _follow_gens(self, watcher: Any) -> None:
         async for entry in watcher:
             if entry is None:
                 continue
@@ -70,11 +84,28 @@ class RecallCache:
             else:
                 self.gens.pop(entry.key, None)
 
+    async def _follow_entries(self, watcher: Any) -> None:
+        async for entry in watcher:
+            if entry is None:
+                continue
+            if entry.operation is None:  # a put (deletes and TTL markers carry an operation)
+                self._know(entry.key)
+            else:
+                self.known.pop(entry.key, None)
+
+    def _know(self, key: str) -> None:
+        """Remember that the bucket holds ``key`` (for at most the TTL from now)."""
+        now = time.monotonic()
+        self.known[key] = now + self.ttl_s
+        self._added += 1
+        if self._added % self.PRUNE_EVERY == 0:
+            self.known = {k: t for k, t in self.known.items() if t > now}
+
     async def stop(self) -> None:
-        if self._watch is not None:
-            self._watch.cancel()
+        for task in self._watches:
+            task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
-                await self._watch
+                await task
 
     def key(self, req: RecallRequest) -> str:
         gu = self.gens.get(gen_key(req.tenant, "u", req.user), "-") if req.user else ""
@@ -82,10 +113,15 @@ class RecallCache:
         body = req.model_dump_json(exclude={"cache", "api_key"})
         return f"q.{_digest(req.tenant, req.user, req.agent, gu, ga, body)}"
 
-    async def get(self, req: RecallRequest) -> bytes | None:
+    async def get(self, key: str) -> bytes | None:
+        """The cached reply under ``key`` (from ``key(req)``), or None."""
+        if self.known.get(key, 0.0) <= time.monotonic():
+            self.misses += 1  # not in the bucket as far as this worker knows: no KV call
+            return None
         try:
-            entry = await self.kv.get(self.key(req))
+            entry = await self.kv.get(key)
         except KeyNotFoundError:
+            self.known.pop(key, None)
             self.misses += 1
             return None
         except Exception as exc:  # noqa: BLE001 - the cache is an optimisation: never fail recall
@@ -94,10 +130,13 @@ class RecallCache:
         self.hits += 1
         return bytes(entry.value) if entry.value else None
 
-    async def put(self, req: RecallRequest, reply: RecallReply) -> None:
+    async def put(self, key: str, reply: RecallReply) -> None:
+        """Cache ``reply`` under the key its lookup used: generations read before the search,
+        so a bump during the search leaves this entry under the old generation, unused."""
         try:
             cached = reply.model_copy(update={"cached": True}).model_dump_json().encode()
-            await self.kv.put(self.key(req), cached)
+            await self.kv.put(key, cached)
+            self._know(key)  # this worker knows its own entry at once
         except Exception as exc:  # noqa: BLE001 - the cache is an optimisation: never fail recall
             log.warning("cache.put_failed", error=type(exc).__name__)
 
