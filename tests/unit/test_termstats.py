@@ -78,3 +78,16 @@ def test_owner_keys_are_unambiguous() -> None:
     assert owner_key('a","u', "b", None) != owner_key("a", 'u","b', None)
     assert owner_key("acme", "ann", None) != owner_key("acme", None, "ann")
     assert owner_keys("acme", None, None) == []
+
+
+def test_weigh_leaves_out_terms_in_nearly_every_point_when_others_remain() -> None:
+    """A term in 19 of 20 points (IDF ~0.05) is left out next to a rarer term, kept alone."""
+    stats = TermStats("tenant")
+    acme = stats.corpora("acme", "ann", None)
+    for i in range(20):
+        stats.add(acme, [1, 2] if i < 2 else [1] if i < 19 else [3])
+    corpus = stats.corpus_of(VectorFilter(tenant="acme"))
+    assert idf(20, 19) < 0.1 < idf(20, 2)
+    assert stats.weigh(corpus, {1: 1.0, 2: 1.0}, min_idf=0.1) == {2: pytest.approx(idf(20, 2))}
+    assert stats.weigh(corpus, {1: 1.0}, min_idf=0.1) == {1: pytest.approx(idf(20, 19))}
+    assert set(stats.weigh(corpus, {1: 1.0, 2: 1.0})) == {1, 2}  # no threshold: both
