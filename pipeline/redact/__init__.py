@@ -33,6 +33,8 @@ from memstream.pipeline.redact._core import (
     P_DENY,
     Candidate,
     Detector,
+    Solo,
+    Trigger,
     compile_re2,
     compile_set,
     finditer,
@@ -127,16 +129,16 @@ class Redacted(NamedTuple):
 # placeholder) contains. All triggers run as one RE2 set; a detector whose trigger does not
 # occur has nothing to find and is skipped. ``None``: the detector always runs (its cues
 # are too common for a prefilter to pay).
-_DETECTORS: tuple[tuple[frozenset[str], Detector, str | None], ...] = (
+_DETECTORS: tuple[tuple[frozenset[str], Detector, Trigger | None], ...] = (
     (frozenset({"PRIVATE_KEY"}), _secrets.pem_blocks, r"-----begin"),
-    (frozenset({"PRIVATE_KEY"}), _secrets.encoded_keys, r"[a-z0-9+/]{32}"),
+    (frozenset({"PRIVATE_KEY"}), _secrets.encoded_keys, Solo(r"[a-z0-9+/]{32}")),
     (
         frozenset({"PRIVATE_KEY"}),
         _secrets.key_material,
-        r'"(?:kty|d|k|p|q|dp|dq|qi)"\s*:|s[uancoxp][a-z2-7]{56}|swmkey-1-|age-secret-key-1',
+        Solo(r'"(?:kty|d|k|p|q|dp|dq|qi)"\s*:|s[uancoxp][a-z2-7]{56}|swmkey-1-|age-secret-key-1'),
     ),
     (frozenset({"JWT"}), _secrets.jwts, r"eyj"),
-    (frozenset({"API_KEY"}), _secrets.random_tokens, r"[a-z0-9][a-z0-9_\-+/=.~%|]{15}"),
+    (frozenset({"API_KEY"}), _secrets.random_tokens, Solo(r"[a-z0-9][a-z0-9_\-+/=.~%|]{15}")),
     (frozenset({"PASSWORD"}), _secrets.url_credentials, r"://"),
     (
         frozenset({"PASSWORD", "API_KEY"}),
@@ -174,6 +176,7 @@ class Redactor:
         "_gated",
         "_key",
         "_labels",
+        "_mac",
         "_triggers",
         "gitleaks_skipped",
     )
@@ -183,10 +186,12 @@ class Redactor:
             raise ValueError("a non-empty key is required")
         policy = policy or RedactionPolicy()
         self._key = bytes(key)
+        # the key's pads hashed once; each placeholder copies that state (~1.2 µs, not ~2.5)
+        self._mac = hmac.new(self._key, digestmod="sha256")
         self._labels = policy.labels
         self._allow = frozenset(a.strip().lower() for a in policy.allow)
         self._deny = tuple((compile_re2(_deny_regex(d)), d.label) for d in policy.deny if d.pattern)
-        table: list[tuple[Detector, str | None]] = [
+        table: list[tuple[Detector, Trigger | None]] = [
             (d, trigger) for labels, d, trigger in _DETECTORS if labels & policy.labels
         ]
         if "PHONE" in policy.labels:
@@ -320,7 +325,9 @@ class Redactor:
     def placeholder(self, label: str, value: str, tenant: str) -> str:
         """The token for ``value`` under ``label`` in ``tenant``."""
         msg = tenant.encode() + b"\x00" + _normalise(label, value).encode()
-        digest = hmac.digest(self._key, msg, "sha256")[:4].hex()
+        mac = self._mac.copy()
+        mac.update(msg)
+        digest = mac.digest()[:4].hex()
         return f"[{label}:{digest}]"
 
 
@@ -339,7 +346,7 @@ def _deny_regex(d: DenyPattern) -> str:
 def _normalise(label: str, value: str) -> str:
     """One spelling per value, so '+1 202-555-0143' and '(202) 555 0143' share a token."""
     if label in {"PHONE", "CREDIT_CARD", "US_SSN"}:
-        digits = "".join(ch for ch in value if ch.isdigit())
+        digits = "".join(filter(str.isdigit, value))
         return digits[-10:] if label == "PHONE" else digits
     if label in {"EMAIL", "IBAN", "IP_ADDRESS"}:
         return "".join(value.split()).lower()

@@ -154,7 +154,7 @@ def assignments(text: str, lower: str) -> Iterator[Candidate]:
         name = m.group(2) or ""
         if m.end(1) - m.start(1) <= _MAX_VALUE and _name_ok(name):
             yield from _value(text, m.start(1), m.end(1), _label(name), quoted=True)
-    for m in finditer(_CALL, scan):
+    for m in finditer(_CALL, scan) if _maybe_call(scan) else ():
         groups = [g for g in range(1, _CALL.groups + 1) if m.group(g) is not None]
         name, value = groups[0], groups[-1]
         key = m.group(name) or ""
@@ -173,6 +173,32 @@ def assignments(text: str, lower: str) -> Iterator[Candidate]:
             if not quoted:
                 s, e = _unquoted_extent(text, m.start(), s, min(e, s + _MAX_VALUE))
             yield from _value(text, s, e, "PASSWORD", quoted)
+
+
+_QUOTE_STARTS = ('"', "'", "`", '@"', "@'", "&quot;")
+_QUOTE_ENDS = ('"', "'", "`", "&quot;")
+_BLANKS = " \t\n\r\f\v"
+
+
+def _maybe_call(scan: str) -> bool:
+    """False when ``_CALL`` cannot match (checked without a call into RE2): its first form
+    needs ``(``, blanks and a quoted value; its second a quoted value at the very end of the
+    text (``$`` without multi-line mode), then only blanks and one of ``;,)``."""
+    tail = scan.rstrip(" \t")
+    if tail.endswith(_QUOTE_ENDS):
+        return True
+    if tail[-1:] in (";", ",", ")") and tail[:-1].rstrip(" \t").endswith(_QUOTE_ENDS):
+        return True
+    i = scan.find("(")
+    for _ in range(32):  # bounded Python work: past 32 parentheses, left to the pattern
+        if i < 0:
+            return False
+        after = scan[i + 1 : i + 65]
+        rest = after.lstrip(_BLANKS)
+        if rest.startswith(_QUOTE_STARTS) or (not rest and len(after) == 64):
+            return True  # a quote after the blanks (or 64 blanks: left to the pattern)
+        i = scan.find("(", i + 1)
+    return i >= 0
 
 
 def _name_ok(name: str) -> bool:
@@ -211,7 +237,7 @@ def _label(name: str) -> str:
 def _unquoted_extent(text: str, line_from: int, s: int, e: int) -> tuple[int, int]:
     """An unquoted value: one token, or the rest of the line for ``key: value`` lines."""
     value = text[s:e]
-    cut = _OTHER_PAIR.search(value)
+    cut = _other_pair(value)
     if cut:
         e = s + cut.start()
     if not cut and _line_start(text, line_from):
@@ -220,7 +246,7 @@ def _unquoted_extent(text: str, line_from: int, s: int, e: int) -> tuple[int, in
         if line_end < 0 and len(text) - e < 100:
             line_end = len(text)
         rest = text[e:line_end] if line_end >= 0 else ""
-        if rest.strip() and not _OTHER_PAIR.search(rest):
+        if rest.strip() and not _other_pair(rest):
             e = e + len(rest.rstrip())
     while e > s and text[e - 1] in ",;":
         e -= 1
@@ -265,7 +291,27 @@ def _placeholder(value: str) -> bool:
         return True
     if low in _STOP_VALUES or any(p in low for p in _STOP_PARTS):
         return True
-    return _REFERENCE.search(v) is not None
+    return _maybe_reference(v) and _REFERENCE.search(v) is not None
+
+
+def _other_pair(value: str) -> Match | None:
+    """``_OTHER_PAIR.search(value)``; a pair needs ``:`` or ``=`` (no call into RE2 without)."""
+    if ":" not in value and "=" not in value:
+        return None
+    found: Match | None = _OTHER_PAIR.search(value)
+    return found
+
+
+_REFERENCE_WORDS = ("getenv", "env", "config", "settings", "self", "this", "params", "request")
+
+
+def _maybe_reference(v: str) -> bool:
+    """False when ``_REFERENCE`` cannot match ``v`` (checked without a call into RE2): each of
+    its forms starts with one of ``$%{<@[``, contains a dot, ends with ``)`` or starts with one
+    of its words (case-insensitive; non-ASCII text is left to the pattern)."""
+    if v[:1] in ("$", "%", "{", "<", "@", "[") or "." in v or v.endswith(")"):
+        return True
+    return not v.isascii() or v[:8].lower().startswith(_REFERENCE_WORDS)
 
 
 def _value(text: str, s: int, e: int, label: str, quoted: bool) -> Iterator[Candidate]:

@@ -11,7 +11,14 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from memstream.pipeline.redact._core import P_ADDRESS, P_PERSON, Candidate, compile_re2, finditer
+from memstream.pipeline.redact._core import (
+    P_ADDRESS,
+    P_PERSON,
+    Candidate,
+    Match,
+    compile_re2,
+    finditer,
+)
 
 _TOK = r"\p{Lu}[\p{Ll}\p{Lu}'\x{2019}\-]*\p{Ll}[\p{Ll}'\x{2019}\-]*"
 _PART = (
@@ -181,6 +188,21 @@ _CORE = compile_re2(
 _UNIT = compile_re2(
     r"^[ \t]*,?[ \t\n>]*(?:Apt\.?|Apartment|Suite|Ste\.?|Unit|Flat|Floor|Fl\.?|#)[ \t]*[\w\-]{1,6}"
 )
+_UNIT_WORDS = ("Apt", "Apartment", "Suite", "Ste", "Unit", "Fl", "#")
+
+
+def _unit(chunk: str) -> Match | None:
+    """``_UNIT.search(chunk)``, ruled out in Python (no call into RE2) unless the first word
+    after the blanks, comma and line breaks ``_UNIT`` skips is one of its unit words."""
+    rest = chunk.lstrip(" \t")
+    if rest.startswith(","):
+        rest = rest[1:]
+    if not rest.lstrip(" \t\n>").startswith(_UNIT_WORDS):
+        return None
+    found: Match | None = _UNIT.search(chunk)
+    return found
+
+
 _TAIL_PART = compile_re2(
     r"^(?:\p{Lu}[\p{L}'\x{2019}.\-]*(?:[ \t]+(?:\p{Lu}[\p{L}'\x{2019}.\-()]*|\(\p{L}+\))){0,3}"
     r"(?:[ \t]+\d{4,6}(?:-\d{4})?)?"
@@ -193,7 +215,7 @@ _TAIL_PART = compile_re2(
 def addresses(text: str, lower: str) -> Iterator[Candidate]:
     for m in finditer(_CORE, text):
         s, e = m.span()
-        unit = _UNIT.search(text[e : e + 40])
+        unit = _unit(text[e : e + 40])
         if unit:
             e += unit.end()
         e = _tail(text, e)
@@ -217,10 +239,19 @@ def _tail(text: str, e: int) -> int:
         while j < len(text) and text[j] not in ",\n" and j - i < 40:
             j += 1
         part = text[i:j].rstrip()
-        found = _TAIL_PART.search(part) if part else None
+        found = _TAIL_PART.search(part) if _maybe_tail(part) else None
         if not found:
             return e
         e = i + found.end()
         if found.end() < len(part):
             return e
     return e
+
+
+def _maybe_tail(part: str) -> bool:
+    """False when ``_TAIL_PART`` cannot match (no call into RE2): each of its forms starts with
+    an upper-case letter, a digit or "nan"; other ASCII first characters are ruled out."""
+    first = part[:1]
+    if not first:
+        return False
+    return not first.isascii() or first.isupper() or first.isdigit() or first == "n"

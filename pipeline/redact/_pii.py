@@ -153,6 +153,14 @@ _DATE_LIKE = compile_re2(
     r"^(?:\d{4}[-./](?:0?[1-9]|1[0-2])[-./](?:0?[1-9]|[12]\d|3[01])"
     r"|(?:0?[1-9]|[12]\d|3[01])[-./](?:0?[1-9]|[12]\d|3[01])[-./](?:\d{2}|\d{4}))$"
 )
+
+
+def _date_like(value: str) -> bool:
+    """``_DATE_LIKE`` matches whole values of at most 10 digits and ``-./``: anything else is
+    ruled out without a call into RE2 (most phone candidates)."""
+    return len(value) <= 10 and not value.strip("0123456789-./") and bool(_DATE_LIKE.search(value))
+
+
 _NANP = compile_re2(r"^\(?[2-9]\d{2}\)?[ .\-]?[2-9]\d{2}[ .\-]\d{4}$")
 _PHONE_CUES = (
     "phone", "mobile", "cell", "tel", "fax", "call", "desk", "office", "whatsapp", "sms",
@@ -194,20 +202,27 @@ class PhoneValidator:
             if value.endswith(")") and "(" not in value:
                 e, value = e - 1, value[:-1]
             digits = count_ascii(value, DIGITS)
-            if not 7 <= digits <= 15 or _DATE_LIKE.search(value) or value.count(".") == 3:
+            if not 7 <= digits <= 15 or _date_like(value) or value.count(".") == 3:
                 continue
             if _digit_neighbour(text, s, e) or (s > 0 and text[s - 1] in "+$€£"):
                 continue
-            window = lower[max(0, s - 40) : s] + " " + lower[e : e + 20]
-            cue = any(c in window for c in _PHONE_CUES)
             # validated only if it would win its place (see ``Candidate.check``): digits in
-            # cards, tokens and passwords are never parsed as phone numbers
-            check = partial(self._confirm, value, cue, memo, spent)
+            # cards, tokens and passwords are never parsed as phone numbers (nor their cue
+            # words looked for)
+            check = partial(self._confirm, value, lower, s, e, memo, spent)
             yield Candidate(s, e, "PHONE", P_PHONE, check)
 
     def _confirm(
-        self, value: str, cue: bool, memo: dict[tuple[str, bool], bool], spent: list[int]
+        self,
+        value: str,
+        lower: str,
+        s: int,
+        e: int,
+        memo: dict[tuple[str, bool], bool],
+        spent: list[int],
     ) -> bool:
+        window = lower[max(0, s - 40) : s] + " " + lower[e : e + 20]
+        cue = any(c in window for c in _PHONE_CUES)
         known = memo.get((value, cue))
         if known is not None:
             return known

@@ -1,0 +1,194 @@
+"""Redaction: the Python-side prefilters and shortcuts give the same answers as what they skip."""
+
+from __future__ import annotations
+
+import hmac
+import random
+
+import pytest
+import re2
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from memstream.pipeline.redact import (
+    _DETECTORS,
+    _PHONE_TRIGGER,
+    Redactor,
+    _assign,
+    _core,
+    _cues,
+    _pii,
+)
+from memstream.pipeline.redact._core import Solo
+
+
+def _words(words: list[str], min_size: int = 0, max_size: int = 12) -> st.SearchStrategy[str]:
+    """Strings made of the given pieces (several characters each, unlike ``st.text``)."""
+    return st.lists(st.sampled_from(words), min_size=min_size, max_size=max_size).map("".join)
+
+
+_TRIGGERS = [t for _, _, t in _DETECTORS if t is not None] + [_PHONE_TRIGGER]
+
+
+def _pattern(t: _core.Trigger) -> str:
+    return t.pattern if isinstance(t, Solo) else t
+
+
+def _one_set(text: str) -> list[int]:
+    s = re2.Set.SearchSet()
+    for t in _TRIGGERS:
+        s.Add(_pattern(t))
+    s.Compile()
+    return sorted(s.Match(text) or ())
+
+
+_TRIGGER_TEXTS = [
+    "",
+    "plain chat without anything",
+    "-----begin rsa private key-----",
+    "a" * 31 + " " + "b" * 32,
+    '{"kty": "oct"}',
+    "s" + "u" + "a" * 56,
+    "swmkey-1-abc age-secret-key-1xyz",
+    "eyjhbgcioijiuzi1niis",
+    "x0123456789abcdef",
+    "https://u:p@h password=1 @ 4111 de44 1.2 ::1 123 45",
+    "passport 12 usns mercy (555) 123-4567",
+    "bl\u00e5b\u00e6r 1234 \u20ac 12-34 x" * 3,
+]
+
+
+@pytest.mark.parametrize("text", _TRIGGER_TEXTS)
+def test_split_triggers_agree_with_one_set(text: str) -> None:
+    # the Solo triggers are searched on their own: same answer as one set of all triggers
+    assert _core.compile_set(_TRIGGERS).Match(text) == _one_set(text)
+
+
+def test_each_solo_trigger_fires_on_its_own() -> None:
+    solos = [i for i, t in enumerate(_TRIGGERS) if isinstance(t, Solo)]
+    assert solos
+    for text, want in [("a" * 32, 1), ("x" * 16, 1), ("s" + "u" + "a" * 56, 1)]:
+        found = _core.compile_set(_TRIGGERS).Match(text)
+        assert len(set(found) & set(solos)) >= want, text
+    assert _core.compile_set([]).Match("anything") == []
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(alphabet="aB1 \n\u00e9\u20ac\U0001f600\u07ff\u0800\uffff\U00010000", max_size=300))
+def test_offset_table_maps_bytes_to_str(text: str) -> None:
+    _, data, ends, extra = _core._encoded(text)
+    if ends is None:
+        assert data.isascii()
+        return
+    # reference: byte offset just past each non-ASCII character, extra bytes up to there
+    want_ends, want_extra, total = [], [], 0
+    for i, ch in enumerate(text):
+        if ord(ch) > 0x7F:
+            total += len(ch.encode()) - 1
+            want_ends.append(i + 1 + total)
+            want_extra.append(total)
+    assert (ends, extra) == (want_ends, want_extra)
+
+
+@pytest.mark.parametrize("n", [1, 16, 32, 64, 65, 200])
+def test_placeholders_are_hmac_sha256_of_tenant_and_value(n: int) -> None:
+    """The copied keyed state gives hmac.digest's result for keys of any length, every time."""
+    rng = random.Random(n)
+    key = bytes(rng.randrange(1, 256) for _ in range(n))
+    r = Redactor(key=key)
+    for value in ("ann@example.com", "x" * 300):
+        want = hmac.digest(key, b"t\x00" + value.encode(), "sha256")[:4].hex()
+        assert (
+            r.placeholder("EMAIL", value, "t")
+            == f"[EMAIL:{want}]"
+            == r.placeholder("EMAIL", value, "t")
+        )
+
+
+_VALUES = st.text(alphabet="0123456789-./ +()x", max_size=14)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_VALUES)
+def test_date_shortcut(value: str) -> None:
+    assert _pii._date_like(value) == (_pii._DATE_LIKE.search(value) is not None)
+
+
+@pytest.mark.parametrize("value", ["2023-01-31", "31/12/2023", "1.2.99", "12-31-2023x"])
+def test_date_shortcut_examples(value: str) -> None:
+    assert _pii._date_like(value) == (_pii._DATE_LIKE.search(value) is not None)
+
+
+_UNIT_CHUNKS = _words([" ", "\t", "\n", ",", ">", "#", "Apt", "Apartment", "Suite",
+                                 "Ste.", "Unit", "Flat", "Floor", "Fl.", "1", "B", "x"],
+                       max_size=12)  # fmt: skip
+
+
+@settings(max_examples=400, deadline=None)
+@given(_UNIT_CHUNKS)
+def test_unit_shortcut(chunk: str) -> None:
+    got, want = _cues._unit(chunk), _cues._UNIT.search(chunk)
+    assert (got is None) == (want is None)
+    if got is not None:
+        assert got.span() == want.span()
+
+
+_CODE = _words(
+    ["(", ")", " ", "\t", "\n", '"', "'", "`", "@", "&quot;", ";", ",", "a",
+              "secret", "password", ".assign", "x1", "="],
+    max_size=16,
+)  # fmt: skip
+
+
+@settings(max_examples=500, deadline=None)
+@given(_CODE)
+def test_call_prefilter_never_hides_a_match(scan: str) -> None:
+    if _assign._CALL.search(scan) is not None:
+        assert _assign._maybe_call(scan)
+
+
+@pytest.mark.parametrize(
+    "scan",
+    [
+        'secret("Xk9mQ2v7z")',
+        "password( 'Xk9mQ2v7z' )",
+        'db.secret.assign(\n  "Xk9mQ2v7z")',
+        'set_password "Xk9mQ2v7z";',
+        "token `Xk9mQ2v7z` )  ",
+        "f(" * 40 + 'secret("Xk9mQ2v7z")',
+        "password(" + " " * 100 + '"Xk9mQ2v7z")',
+    ],
+)
+def test_call_prefilter_passes_each_form(scan: str) -> None:
+    assert _assign._CALL.search(scan) is not None
+    assert _assign._maybe_call(scan)
+
+
+_REFS = _words(
+    ["$", "{", "}", "<", ">", "%", "@", "[", "]", "(", ")", ".", "_", "a", "Z", "1",
+              "os", "getenv", "env", "self", "this", "Config", "request", "params", "settings",
+              "\u212a", "\u017f", " "],
+    min_size=1, max_size=10,
+)  # fmt: skip
+
+
+@settings(max_examples=500, deadline=None)
+@given(_REFS)
+def test_reference_prefilter_never_hides_a_match(v: str) -> None:
+    if _assign._REFERENCE.search(v) is not None:
+        assert _assign._maybe_reference(v)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(alphabet=[",", ";", " ", "\n", "a", "_", "1", ":", "=", "-"], max_size=16))
+def test_other_pair_shortcut(value: str) -> None:
+    got, want = _assign._other_pair(value), _assign._OTHER_PAIR.search(value)
+    assert (got is None) == (want is None)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_words(["a", "n", "nan", "B", "Ch", "\u00c9", "1", "12345", "AB", "APO",
+                         " ", "-", "(", ".", "z"], max_size=8))  # fmt: skip
+def test_tail_part_first_character_rule(part: str) -> None:
+    if _cues._TAIL_PART.search(part) is not None:
+        assert _cues._maybe_tail(part)
