@@ -261,11 +261,16 @@ async def measure(bench: Any, queries: list[str], clients: int, top_k: int) -> d
     if proc.returncode != 0:
         raise RuntimeError(f"the client process failed with code {proc.returncode}")
     result = json.loads(out.decode().strip().splitlines()[-1])
-    return stats(result["latencies"], result["server"], result["wall_s"])
-
-
-def stats(latencies: list[float], server: list[float], wall_s: float) -> dict[str, float]:
     return {
+        **stats(result["latencies"], result["server"], result["wall_s"]),
+        "_latencies": result["latencies"],
+        "_server": result["server"],
+    }
+
+
+def stats(latencies: list[float], server: list[float], wall_s: float) -> dict[str, Any]:
+    return {
+        "wall_s": round(wall_s, 3),
         "p50": round(percentile(latencies, 50), 3),
         "p95": round(percentile(latencies, 95), 3),
         "p99": round(percentile(latencies, 99), 3),
@@ -275,7 +280,26 @@ def stats(latencies: list[float], server: list[float], wall_s: float) -> dict[st
     }
 
 
-async def run(n: int, noise: int, queries: int, concurrency: int, top_k: int) -> dict[str, Any]:
+def cpu_gauge() -> float:
+    """Seconds a fixed pure-Python loop takes now: machines (and one machine over an hour)
+    differ by 40% here, so results are printed with it."""
+    t0 = time.perf_counter()
+    total = 0
+    for i in range(10_000_000):
+        total += i
+    return round(time.perf_counter() - t0, 2)
+
+
+def pooled(rounds: list[dict[str, Any]]) -> dict[str, float]:
+    """The percentiles of all rounds' requests together."""
+    lat = [x for r in rounds for x in r.pop("_latencies")]
+    server = [x for r in rounds for x in r.pop("_server")]
+    return stats(lat, server, sum(r["wall_s"] for r in rounds))
+
+
+async def run(
+    n: int, noise: int, queries: int, concurrency: int, top_k: int, rounds_n: int = 3
+) -> dict[str, Any]:
     rng = random.Random(42)
     async with bench_stack() as bench:
         load_start = time.perf_counter()
@@ -296,8 +320,11 @@ async def run(n: int, noise: int, queries: int, concurrency: int, top_k: int) ->
             ]
 
         qs, qs_concurrent = query_set(), query_set()
-        single = await measure(bench, qs, 1, top_k)
+        gauge = cpu_gauge()
+        rounds = [await measure(bench, query_set() if r else qs, 1, top_k) for r in range(rounds_n)]
+        single = pooled(rounds)
         multi = await measure(bench, qs_concurrent, max(1, concurrency), top_k)
+        multi.pop("_latencies"), multi.pop("_server")
         async with bench.client("bench-main", user="u0") as probe:
             reply = await probe.recall(qs[0], top_k=top_k, cache=False)
     return {
@@ -308,6 +335,8 @@ async def run(n: int, noise: int, queries: int, concurrency: int, top_k: int) ->
         "optimize_s": round(optimize_s, 1),
         "idf_scope": bench.settings.idf_scope,
         "latency_ms": single,
+        "rounds": rounds,
+        "cpu_gauge_s": gauge,
         "concurrent": {"clients": concurrency, **multi},
         "server_timings_ms": reply.timings_ms,
         "queries": len(qs),
@@ -320,19 +349,32 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--queries", type=int, default=1000)
     p.add_argument("--concurrency", type=int, default=8)
     p.add_argument("--top-k", type=int, default=10)
+    p.add_argument("--rounds", type=int, default=3, help="single-client rounds of --queries each")
 
 
 def main(args: argparse.Namespace) -> int:
     r = asyncio.run(
-        run(args.memories, args.noise_tenants, args.queries, args.concurrency, args.top_k)
+        run(
+            args.memories,
+            args.noise_tenants,
+            args.queries,
+            args.concurrency,
+            args.top_k,
+            max(1, args.rounds),
+        )
     )
     single, multi = r["latency_ms"], r["concurrent"]
     print(
         f"\nrecall over NATS, {r['memories']:,} memories in the tenant "
         f"(+{r['noise_tenants']} noise tenants), top_k {r['top_k']}, loaded in {r['load_s']} s, "
-        f"index optimized in {r['optimize_s']} s"
+        f"index optimized in {r['optimize_s']} s; CPU gauge {r['cpu_gauge_s']} s (10M-step loop)"
     )
-    for label, s in (("1 client ", single), (f"{multi['clients']} clients", multi)):
+    for i, s in enumerate(r["rounds"], 1):
+        print(
+            f"  round {i}  : p50 {s['p50']:.2f} ms  p95 {s['p95']:.2f} ms  p99 {s['p99']:.2f} ms"
+            f"  (in the worker: p50 {s['server_p50']:.2f} ms, p95 {s['server_p95']:.2f} ms)"
+        )
+    for label, s in (("1 client, all rounds", single), (f"{multi['clients']} clients", multi)):
         print(
             f"  {label}: p50 {s['p50']:.2f} ms  p95 {s['p95']:.2f} ms  p99 {s['p99']:.2f} ms  "
             f"{s['qps']:.0f} req/s  (in the worker: p50 {s['server_p50']:.2f} ms, "

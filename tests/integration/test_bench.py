@@ -1,0 +1,106 @@
+"""The benchmark commands, end to end against the configured services (the test servers, named
+by MEMSTREAM_NATS_URL / MEMSTREAM_DATABASE_URL as a user would name external ones)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytestmark = pytest.mark.integration
+
+MEMSTREAM = str(Path(sys.executable).parent / "memstream")
+
+
+def bench(args: list[str], nats_url: str, database_url: str) -> dict[str, Any]:
+    env = {**os.environ, "MEMSTREAM_NATS_URL": nats_url, "MEMSTREAM_DATABASE_URL": database_url}
+    done = subprocess.run(
+        [MEMSTREAM, "bench", *args, "--json"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return result
+
+
+def turn(dia: str, speaker: str, text: str) -> dict[str, str]:
+    return {"speaker": speaker, "dia_id": dia, "text": text}
+
+
+CONVERSATION = {
+    "sample_id": "conv-test",
+    "conversation": {
+        "speaker_a": "Mia",
+        "speaker_b": "Leo",
+        "session_1_date_time": "1:56 pm on 8 May, 2023",
+        "session_1": [
+            turn("D1:1", "Mia", "I adopted a grey greyhound named Biscuit last week!"),
+            turn("D1:2", "Leo", "Congratulations, greyhounds are lovely dogs."),
+            turn("D1:3", "Mia", "I also started pottery classes on Tuesdays."),
+            turn("D1:4", "Leo", "Nice, I have been learning the cello for a year."),
+        ],
+        "session_2_date_time": "10:04 am on 19 June, 2023",
+        "session_2": [
+            turn("D2:1", "Leo", "I finally performed my first cello recital in Lisbon."),
+            turn("D2:2", "Mia", "Biscuit ran a race at the beach and won a ribbon."),
+            turn("D2:3", "Leo", "How is pottery going?"),
+            turn("D2:4", "Mia", "I glazed a blue vase for my grandmother."),
+        ],
+    },
+    "qa": [
+        {"question": "What kind of dog did Mia adopt?", "evidence": ["D1:1"], "category": 4},
+        {"question": "Where was Leo's cello recital?", "evidence": ["D:2:1"], "category": 4},
+        {
+            "question": "What hobbies does Mia have?",
+            "evidence": ["D1:3; D2:4"],
+            "category": 1,
+        },
+        {"question": "When did Biscuit win a ribbon?", "evidence": ["D2:02"], "category": 2},
+        {"question": "What is Mia's favourite colour?", "evidence": [], "category": 4},
+        {"question": "Did Leo adopt a cat?", "evidence": ["D1:1"], "category": 5},
+    ],
+}
+
+
+def test_locomo_bench_publishes_ingests_and_scores(
+    tmp_path: Path, nats_url: str, database_url: str
+) -> None:
+    """`memstream bench locomo` on a small file of the LoCoMo format: malformed evidence ids
+    are normalised, empty-evidence and category-5 questions are left out, every turn goes
+    through the pipeline, and the planted answers are found."""
+    data = tmp_path / "locomo.json"
+    data.write_text(json.dumps([CONVERSATION]))
+    r = bench(["locomo", "--data", str(data)], nats_url, database_url)
+    assert (r["questions"], r["turns"]) == (4, 8)
+    assert r["recall"]["5"] >= 75.0 and r["hit"]["1"] >= 50.0  # 8 turns: top 5 is not all
+    assert set(r["per_category"]) == {"multi-hop", "temporal", "single-hop"}
+    assert r["per_category"]["single-hop"]["hit"]["5"] == 100.0
+    lat = r["latency_ms"]
+    assert 0 < lat["p50"] <= lat["p95"] <= lat["p99"]
+    assert r["ingest_s"] > 0
+
+
+def test_recall_bench_measures_over_nats(nats_url: str, database_url: str) -> None:
+    """`memstream bench recall` loads the tenant and noise tenants, then reports percentiles
+    per round, pooled and with concurrent clients, plus the worker's own time."""
+    r = bench(
+        ["recall", "--memories", "300", "--noise-tenants", "1", "--queries", "40"]
+        + ["--concurrency", "2", "--rounds", "2", "--top-k", "5"],
+        nats_url,
+        database_url,
+    )
+    assert (r["memories"], r["noise_tenants"], r["queries"]) == (300, 1, 40)
+    assert len(r["rounds"]) == 2 and r["cpu_gauge_s"] > 0
+    for s in (r["latency_ms"], r["concurrent"], *r["rounds"]):
+        assert 0 < s["p50"] <= s["p95"] <= s["p99"]
+        assert 0 < s["server_p50"] <= s["p50"]
+    assert r["concurrent"]["clients"] == 2
