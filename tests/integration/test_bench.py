@@ -93,8 +93,8 @@ def test_recall_bench_measures_over_nats(nats_url: str, database_url: str) -> No
     """`memstream bench recall` loads the tenant and noise tenants, then reports percentiles
     per round, pooled and with concurrent clients, plus the worker's own time."""
     r = bench(
-        ["recall", "--memories", "300", "--noise-tenants", "1", "--queries", "40"]
-        + ["--concurrency", "2", "--rounds", "2", "--top-k", "5"],
+        "recall --memories 300 --noise-tenants 1 --queries 40 --concurrency 2 --rounds 2 "
+        "--top-k 5".split(),
         nats_url,
         database_url,
     )
