@@ -6,6 +6,7 @@ this linear fusion (docs/recall.md)."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from operator import itemgetter
 
 
 def linear(
@@ -30,5 +31,5 @@ def linear(
             seen.add(mid)
             norm = (s - lo) / span if span > 0 else 1.0
             scores[mid] = scores.get(mid, 0.0) + w * norm
-    order = {mid: i for i, mid in enumerate(scores)}
-    return sorted(scores.items(), key=lambda kv: (-kv[1], order[kv[0]]))
+    # a stable sort keeps equal scores in first-seen order, also with reverse=True
+    return sorted(scores.items(), key=itemgetter(1), reverse=True)

@@ -556,11 +556,12 @@ class EdgeVectorIndex:
             selector,
             False,
         )
-        return {
-            given[str(r.id)]: _record(r.payload)
-            for r in found
-            if r.payload is not None and r.payload.get("tenant") == tenant
-        }
+        records: dict[str, Record] = {}
+        for r in found:
+            p = r.payload  # each read of .payload converts the whole payload again: read once
+            if p is not None and p.get("tenant") == tenant:
+                records[given[str(r.id)]] = _record(p)
+        return records
 
     async def delete(self, tenant: str, ids: Sequence[str]) -> None:
         """Delete points of ``tenant`` by id; other tenants' points and missing ids are ignored."""

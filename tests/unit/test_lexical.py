@@ -68,3 +68,20 @@ def test_linear_fusion_scores_stay_in_range(results: list[tuple[str, float]]) ->
     """Fused scores lie within 0..sum(weights)."""
     for _, s in linear({"kw": results}, {"kw": 0.7}):
         assert -1e-9 <= s <= 0.7 + 1e-9
+
+
+_LEG = st.lists(
+    st.tuples(st.sampled_from("abcdefgh"), st.sampled_from([0.0, 0.5, 1.0, 2.0])), max_size=8
+)
+
+
+@given(_LEG, _LEG)
+def test_linear_fusion_breaks_ties_by_first_seen(
+    dense: list[tuple[str, float]], keyword: list[tuple[str, float]]
+) -> None:
+    """Best first; equal fused scores keep the order in which the ids were first seen."""
+    fused = linear({"dense": dense, "keyword": keyword}, {"dense": 0.5, "keyword": 0.5})
+    first_seen = list(dict.fromkeys(mid for mid, _ in [*dense, *keyword]))
+    assert [m for m, _ in fused] == sorted(
+        first_seen, key=lambda m: (-dict(fused)[m], first_seen.index(m))
+    )
