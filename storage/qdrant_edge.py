@@ -344,9 +344,9 @@ class EdgeVectorIndex:
         out = []
         for r in records:
             vector = (r.vector or {}).get(SPARSE_NAME)
-            if vector is None or not r.payload:
+            p = r.payload  # read once: each read converts the payload again
+            if vector is None or not p:
                 continue
-            p = r.payload
             out.append(
                 (stats.corpora(p["tenant"], p.get("user"), p.get("agent")), list(vector.indices))
             )
