@@ -53,6 +53,7 @@ import asyncio
 import json
 import time
 import uuid
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from functools import lru_cache
 from pathlib import Path
@@ -84,6 +85,7 @@ _DIRECT_WRITE_MAX = 16  # points per write run on the loop; larger batches go to
 _DIRECT_FETCH_MAX = 64  # ids per fetch run on the loop (~0.3 ms for 20); more go to a thread
 _SCAN_PAGE = 2000  # points per page when counting term statistics at load
 _OWNER_FIELDS = ["tenant", "user", "agent"]
+_STORED_FIELDS = [*_OWNER_FIELDS, "expires_at"]  # what the adapter's own counts are made of
 _CONFIG_FILE = "edge_config.json"
 
 
@@ -131,9 +133,11 @@ def _match(key: str, value: str) -> qe.FieldCondition:
     return qe.FieldCondition(key, match=qe.MatchValue(value))
 
 
-def edge_filter(flt: VectorFilter) -> qe.Filter:
+def edge_filter(flt: VectorFilter, may_expire: bool = True) -> qe.Filter:
     """Tenant always (in the owner key when the filter names a user or an agent); every other
-    field of ``flt`` narrows (AND); expired points are hidden."""
+    field of ``flt`` narrows (AND); expired points are hidden. ``may_expire=False`` (the
+    tenant holds no point with an ``expires_at``) leaves the expiry condition out: it costs
+    ~160 ns per point on an unindexed segment, ~0.3 ms per leg for 2,000 recent points."""
     owner = owner_key(flt.tenant, flt.user, flt.agent)
     must: list[Any] = [_match("owner", owner) if owner else _match("tenant", flt.tenant)]
     if flt.session is not None:
@@ -147,7 +151,7 @@ def edge_filter(flt: VectorFilter) -> qe.Filter:
         span = qe.RangeFloat(gte=flt.occurred_from, lte=flt.occurred_to)
         must.append(qe.FieldCondition("occurred_at", range=span))
     must_not: list[Any] = []
-    if flt.now is not None:  # a null or missing expires_at never matches the range: kept
+    if flt.now is not None and may_expire:  # a null expires_at never matches the range: kept
         must_not.append(qe.FieldCondition("expires_at", range=qe.RangeFloat(lte=flt.now)))
     if flt.exclude_agent is not None:  # agent IS NOT NULL AND agent != exclude_agent
         must_not += [qe.IsEmptyCondition("agent"), _match("agent", flt.exclude_agent)]
@@ -213,6 +217,9 @@ class EdgeVectorIndex:
         self.search_threads = search_threads
         self.quantize = quantize
         self._stats: TermStats | None = None  # None: the engine applies IDF (older shards)
+        # tenant -> stored points with an expires_at (searches of other tenants skip the
+        # expiry condition); moved with every write under the write lock, counted at load
+        self._expiring: Counter[str] = Counter()
         self._write_lock = asyncio.Lock()
         self._optimize_lock = asyncio.Lock()  # a second caller waits, then finds what is left
         self.vector_name = vector_name
@@ -320,6 +327,7 @@ class EdgeVectorIndex:
                 await self._in_thread("close", shard.close)
                 raise
         stats = None if engine_idf else TermStats(self.idf_scope)
+        self._expiring = Counter()
         try:
             await self._in_thread("scan", self._scan, shard, stats)
         except MemstreamError:
@@ -362,10 +370,11 @@ class EdgeVectorIndex:
             page = qe.ScrollRequest(
                 offset=offset,
                 limit=_SCAN_PAGE,
-                with_payload=qe.PayloadSelector.Include([*_OWNER_FIELDS, "owner"]),
+                with_payload=qe.PayloadSelector.Include([*_STORED_FIELDS, "owner"]),
                 with_vector=[SPARSE_NAME] if stats is not None else False,
             )
             records, offset = shard.scroll(page)
+            self._count_expiring(records, 1)
             if stats is not None:
                 for corpora, terms in self._owned_terms(stats, records):
                     stats.add(corpora, terms)
@@ -382,25 +391,42 @@ class EdgeVectorIndex:
             if offset is None:
                 return
 
-    async def _stored_terms(
-        self, ids: Sequence[str], tenant: str | None = None
-    ) -> list[tuple[list[tuple[str, ...]], list[int]]]:
-        """(corpora, term ids) of the stored points among ``ids`` (of ``tenant`` only, if
-        given): what an overwrite or a delete takes out of the statistics."""
-        stats, shard = self._stats, self.shard
-        if stats is None or not ids:
+    def _count_expiring(self, records: Sequence[Any], sign: int) -> None:
+        """Count stored points (records with ``tenant`` and ``expires_at``) in or out."""
+        for r in records:
+            p = r.payload
+            if p and p.get("expires_at") is not None:
+                self._expiring[p["tenant"]] += sign
+
+    def may_expire(self, tenant: str) -> bool:
+        """Whether a search of ``tenant`` needs the expiry condition."""
+        return self._expiring.get(tenant, 0) > 0
+
+    async def _stored(self, ids: Sequence[str], tenant: str | None = None) -> list[Any]:
+        """The stored points among ``ids`` (of ``tenant`` only, if given), with what the
+        adapter counts (owner fields, expires_at, bm25): what an overwrite or a delete takes
+        out of the counts."""
+        if not ids:
             return []
+        shard = self.shard
         found = await self._read(
             "retrieve",
             len(ids) <= self.direct_fetch_max,
             shard.retrieve,
             list(ids),
-            qe.PayloadSelector.Include(_OWNER_FIELDS),
-            [SPARSE_NAME],
+            qe.PayloadSelector.Include(_STORED_FIELDS),
+            [SPARSE_NAME] if self._stats is not None else False,
         )
         if tenant is not None:
             found = [r for r in found if r.payload and r.payload.get("tenant") == tenant]
-        return self._owned_terms(stats, found)
+        return found
+
+    def _uncount(self, old: Sequence[Any]) -> None:
+        """Take points that were overwritten or deleted out of the counts."""
+        self._count_expiring(old, -1)
+        if self._stats is not None:
+            for corpora, terms in self._owned_terms(self._stats, old):
+                self._stats.add(corpora, terms, -1)
 
     async def _write(self, op: qe.UpdateOperation, size: int) -> None:
         shard = self.shard
@@ -431,14 +457,18 @@ class EdgeVectorIndex:
         )
         async with self._write_lock:  # statistics change with the write, never between
             stats = self._stats
-            old = await self._stored_terms(list(self._ids([p.id for p in points])))
+            old = await self._stored(list(self._ids([p.id for p in points])))
+            latest = {str(uuid.UUID(p.id)): p for p in points}  # the last one wins
+            # new expiring points count before the write, old ones leave after it: a search
+            # in between may check expiry needlessly, never skip it wrongly
+            for p in latest.values():
+                if p.expires_at is not None:
+                    self._expiring[p.tenant] += 1
             await self._write(op, len(points))
             if self._since_optimize is not None:
                 self._since_optimize += len(points)
+            self._uncount(old)
             if stats is not None:
-                for corpora, terms in old:
-                    stats.add(corpora, terms, -1)
-                latest = {str(uuid.UUID(p.id)): p for p in points}  # the last one wins
                 for p in latest.values():
                     stats.add(stats.corpora(p.tenant, p.user, p.agent), p.sparse or ())
 
@@ -481,7 +511,7 @@ class EdgeVectorIndex:
         request = qe.QueryRequest(
             limit=limit,
             query=qe.Query.Nearest(list(vector), using=self.vector_name),
-            filter=edge_filter(flt),
+            filter=edge_filter(flt, self.may_expire(flt.tenant)),
             params=qe.SearchParams(
                 hnsw_ef=max(self.hnsw_ef, limit) if self.hnsw_ef else None,
                 quantization=qe.QuantizationSearchParams(rescore=True) if self.quantize else None,
@@ -536,7 +566,7 @@ class EdgeVectorIndex:
         request = qe.QueryRequest(
             limit=limit,
             query=qe.Query.Nearest(qe.SparseVector(indices, values), using=SPARSE_NAME),
-            filter=edge_filter(flt),
+            filter=edge_filter(flt, self.may_expire(flt.tenant)),
             params=params,
             with_payload=self._payload_wanted(with_records),
         )
@@ -574,11 +604,9 @@ class EdgeVectorIndex:
             qe.Filter(must=[qe.HasIdCondition(set(given)), _match("tenant", tenant)])
         )
         async with self._write_lock:
-            old = await self._stored_terms(given, tenant)
+            old = await self._stored(given, tenant)
             await self._write(op, len(ids))
-            if self._stats is not None:
-                for corpora, terms in old:
-                    self._stats.add(corpora, terms, -1)
+            self._uncount(old)
 
     async def count(self, tenant: str | None = None) -> int:
         """Points stored, of one tenant or of all (expired ones included)."""

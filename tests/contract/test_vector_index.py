@@ -4,6 +4,7 @@ adapter over qdrant-client's local mode (no Qdrant server runs here)."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import math
 import random
 import subprocess
@@ -21,7 +22,7 @@ from qdrant_client import AsyncQdrantClient, models
 from memstream.schemas.errors import ConfigurationError, StorageUnavailable
 from memstream.schemas.memory import MemoryType, Scope
 from memstream.storage.ports import IdfScope, VectorFilter, VectorIndex, VectorPoint
-from memstream.storage.qdrant_edge import EdgeVectorIndex
+from memstream.storage.qdrant_edge import EdgeVectorIndex, edge_filter
 from memstream.storage.qdrant_server import ServerVectorIndex
 
 pytestmark = [
@@ -750,7 +751,7 @@ def test_edge_acknowledged_upsert_survives_a_killed_process(tmp_path: Path) -> N
     script = textwrap.dedent(
         f"""
         import asyncio, os
-        from memstream.storage.qdrant_edge import EdgeVectorIndex
+        from memstream.storage.qdrant_edge import EdgeVectorIndex, edge_filter
         from memstream.storage.ports import VectorPoint
         from memstream.schemas.memory import MemoryType, Scope
 
@@ -819,3 +820,36 @@ async def test_edge_leaves_out_query_terms_in_nearly_every_point(tmp_path: Path)
     assert [mid for mid, _ in await index.search_sparse({1: 1.0, 2: 1.0}, flt, 50)] == [rare.id]
     assert len(await index.search_sparse({1: 1.0}, flt, 50)) == 31
     await index.close()
+
+
+async def test_edge_checks_expiry_only_for_tenants_that_hold_expiring_points(
+    tmp_path: Path,
+) -> None:
+    """Qdrant Edge counts each tenant's points with an expires_at (through overwrites, deletes
+    and a reopen) and leaves the expiry condition out of searches of tenants with none; an
+    expired point is hidden whenever it is stored."""
+    index = edge_factory(tmp_path)()
+    await index.ensure(DIM)
+    flt = VectorFilter(tenant="acme", now=NOW)
+    durable = point(axis(0))
+    await index.upsert([durable, point(axis(0), tenant="globex", expires_at=NOW - 1)])
+    assert not index.may_expire("acme") and index.may_expire("globex")
+    assert edge_filter(flt, index.may_expire("acme")).must_not is None
+    expired = point(axis(0), expires_at=NOW - 1)
+    await index.upsert([expired])
+    assert index.may_expire("acme")
+    for leg in ("dense", "sparse"):
+        assert await ids(index, flt, leg=leg) == {durable.id}  # hidden
+    revived = dataclasses.replace(expired, expires_at=None)  # pinned: no expiry
+    await index.upsert([revived])
+    assert not index.may_expire("acme")
+    assert await ids(index, flt) == {durable.id, expired.id}
+    await index.upsert([expired])
+    await index.close()
+    reopened = edge_factory(tmp_path)()
+    await reopened.ensure(DIM)
+    assert reopened.may_expire("acme") and reopened.may_expire("globex")
+    assert await ids(reopened, flt) == {durable.id}
+    await reopened.delete("acme", [expired.id])
+    assert not reopened.may_expire("acme") and reopened.may_expire("globex")
+    await reopened.close()
