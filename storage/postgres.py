@@ -212,6 +212,12 @@ class PgStore:
     async def close(self) -> None:
         await self._pool.close()
 
+    async def vacuum_analyze(self) -> None:
+        """VACUUM ANALYZE the memories table: after a bulk load, so that the planner has
+        statistics and autovacuum has nothing left to do in the middle of later work."""
+        async with self._pool.acquire() as con:
+            await con.execute("VACUUM ANALYZE memories")
+
     async def _fetch(self, sql: str, *args: Any) -> list[asyncpg.Record]:
         try:
             return list(await self._pool.fetch(sql, *args))
