@@ -87,6 +87,14 @@ def render(worker: Any, lags: dict[str, dict[str, int]]) -> str:
         "counter",
         [('{result="ok"}', worker.recall.served), ('{result="error"}', worker.recall.failed)],
     )
+    cache = worker.deps.cache
+    if cache is not None:
+        metric(
+            "memstream_recall_cache_lookups_total",
+            "recall cache lookups (a miss is decided locally, without a KV call)",
+            "counter",
+            [('{result="hit"}', cache.hits), ('{result="miss"}', cache.misses)],
+        )
     for key in ("pending", "ack_pending", "redelivered"):
         metric(
             f"memstream_consumer_{key}",

@@ -21,13 +21,20 @@ async def http_get(port: int, path: str) -> tuple[int, str]:
     return status, data.split("\r\n\r\n", 1)[1]
 
 
+async def _known(running) -> bool:  # type: ignore[no-untyped-def]
+    return bool(running.worker.deps.cache.known)
+
+
 async def test_metrics_show_throughput_lag_failures_and_redactions(running) -> None:  # type: ignore[no-untyped-def]
-    """/metrics exposes per-stage counters, consumer lag, dead letters and redaction counts;
+    """/metrics exposes per-stage counters, consumer lag, dead letters, redaction counts and
+    recall cache hits and misses;
     /healthz answers 200 while connected."""
     async with running.client("acme", user="ops") as mem:
         await mem.publish_turn([("user", "mail me at ops@example.org")])
         await running.wait_for(running.drained, 20, "ingestion")
         await mem.recall("mail")
+        await running.wait_for(lambda: _known(running), 5, "the cache entry")
+        assert (await mem.recall("mail")).cached
     server = await serve_http(running.worker, "127.0.0.1", 0)
     port = server.sockets[0].getsockname()[1]
     try:
@@ -36,7 +43,9 @@ async def test_metrics_show_throughput_lag_failures_and_redactions(running) -> N
         assert 'memstream_stage_acked_total{stage="store"} 1' in body
         assert 'memstream_redactions_total{type="EMAIL"} 1' in body
         assert 'memstream_consumer_pending{stage="extract"} 0' in body
-        assert 'memstream_recall_total{result="ok"} 1' in body
+        assert 'memstream_recall_total{result="ok"} 2' in body
+        assert 'memstream_recall_cache_lookups_total{result="hit"} 1' in body
+        assert 'memstream_recall_cache_lookups_total{result="miss"} 1' in body
         assert "ops@example.org" not in body
         assert (await http_get(port, "/healthz"))[0] == 200
         assert (await http_get(port, "/nope"))[0] == 404
