@@ -53,7 +53,6 @@ import asyncio
 import json
 import time
 import uuid
-from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from functools import lru_cache
 from pathlib import Path
@@ -62,6 +61,7 @@ from typing import Any, Literal, TypeVar, overload
 import qdrant_edge as qe
 
 from memstream.schemas.errors import ConfigurationError, MemstreamError, StorageUnavailable
+from memstream.storage.expiries import Expiries
 from memstream.storage.ports import (
     Hit,
     IdfScope,
@@ -135,9 +135,9 @@ def _match(key: str, value: str) -> qe.FieldCondition:
 
 def edge_filter(flt: VectorFilter, may_expire: bool = True) -> qe.Filter:
     """Tenant always (in the owner key when the filter names a user or an agent); every other
-    field of ``flt`` narrows (AND); expired points are hidden. ``may_expire=False`` (the
-    tenant holds no point with an ``expires_at``) leaves the expiry condition out: it costs
-    ~160 ns per point on an unindexed segment, ~0.3 ms per leg for 2,000 recent points."""
+    field of ``flt`` narrows (AND); expired points are hidden. ``may_expire=False`` (no point
+    of the tenant has expired at ``flt.now``: ``Expiries``) leaves the expiry condition out:
+    it costs ~160 ns per point on an unindexed segment, ~0.3 ms per leg for 2,000 points."""
     owner = owner_key(flt.tenant, flt.user, flt.agent)
     must: list[Any] = [_match("owner", owner) if owner else _match("tenant", flt.tenant)]
     if flt.session is not None:
@@ -217,9 +217,9 @@ class EdgeVectorIndex:
         self.search_threads = search_threads
         self.quantize = quantize
         self._stats: TermStats | None = None  # None: the engine applies IDF (older shards)
-        # tenant -> stored points with an expires_at (searches of other tenants skip the
-        # expiry condition); moved with every write under the write lock, counted at load
-        self._expiring: Counter[str] = Counter()
+        # when each tenant's points expire: searches add the expiry condition only while one
+        # has expired (until the sweeper purges it); moved with every write, counted at load
+        self._expiries = Expiries()
         self._write_lock = asyncio.Lock()
         self._optimize_lock = asyncio.Lock()  # a second caller waits, then finds what is left
         self.vector_name = vector_name
@@ -327,7 +327,7 @@ class EdgeVectorIndex:
                 await self._in_thread("close", shard.close)
                 raise
         stats = None if engine_idf else TermStats(self.idf_scope)
-        self._expiring = Counter()
+        self._expiries = Expiries()
         try:
             await self._in_thread("scan", self._scan, shard, stats)
         except MemstreamError:
@@ -374,7 +374,7 @@ class EdgeVectorIndex:
                 with_vector=[SPARSE_NAME] if stats is not None else False,
             )
             records, offset = shard.scroll(page)
-            self._count_expiring(records, 1)
+            self._count_expiring(records, 1)  # (blocking scan: no search runs yet)
             if stats is not None:
                 for corpora, terms in self._owned_terms(stats, records):
                     stats.add(corpora, terms)
@@ -396,11 +396,13 @@ class EdgeVectorIndex:
         for r in records:
             p = r.payload
             if p and p.get("expires_at") is not None:
-                self._expiring[p["tenant"]] += sign
+                count = self._expiries.add if sign > 0 else self._expiries.remove
+                count(p["tenant"], str(r.id), float(p["expires_at"]))
 
-    def may_expire(self, tenant: str) -> bool:
-        """Whether a search of ``tenant`` needs the expiry condition."""
-        return self._expiring.get(tenant, 0) > 0
+    def may_expire(self, tenant: str, now: float | None) -> bool:
+        """Whether a search of ``tenant`` at ``now`` needs the expiry condition: only while a
+        stored point of the tenant has expired (None: no expiry filtering asked for)."""
+        return now is not None and self._expiries.any_expired(tenant, now)
 
     async def _stored(self, ids: Sequence[str], tenant: str | None = None) -> list[Any]:
         """The stored points among ``ids`` (of ``tenant`` only, if given), with what the
@@ -461,9 +463,9 @@ class EdgeVectorIndex:
             latest = {str(uuid.UUID(p.id)): p for p in points}  # the last one wins
             # new expiring points count before the write, old ones leave after it: a search
             # in between may check expiry needlessly, never skip it wrongly
-            for p in latest.values():
+            for pid, p in latest.items():
                 if p.expires_at is not None:
-                    self._expiring[p.tenant] += 1
+                    self._expiries.add(p.tenant, pid, float(p.expires_at))
             await self._write(op, len(points))
             if self._since_optimize is not None:
                 self._since_optimize += len(points)
@@ -511,7 +513,7 @@ class EdgeVectorIndex:
         request = qe.QueryRequest(
             limit=limit,
             query=qe.Query.Nearest(list(vector), using=self.vector_name),
-            filter=edge_filter(flt, self.may_expire(flt.tenant)),
+            filter=edge_filter(flt, self.may_expire(flt.tenant, flt.now)),
             params=qe.SearchParams(
                 hnsw_ef=max(self.hnsw_ef, limit) if self.hnsw_ef else None,
                 quantization=qe.QuantizationSearchParams(rescore=True) if self.quantize else None,
@@ -566,7 +568,7 @@ class EdgeVectorIndex:
         request = qe.QueryRequest(
             limit=limit,
             query=qe.Query.Nearest(qe.SparseVector(indices, values), using=SPARSE_NAME),
-            filter=edge_filter(flt, self.may_expire(flt.tenant)),
+            filter=edge_filter(flt, self.may_expire(flt.tenant, flt.now)),
             params=params,
             with_payload=self._payload_wanted(with_records),
         )

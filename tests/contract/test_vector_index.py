@@ -822,34 +822,35 @@ async def test_edge_leaves_out_query_terms_in_nearly_every_point(tmp_path: Path)
     await index.close()
 
 
-async def test_edge_checks_expiry_only_for_tenants_that_hold_expiring_points(
+async def test_edge_checks_expiry_only_while_a_point_of_the_tenant_has_expired(
     tmp_path: Path,
 ) -> None:
-    """Qdrant Edge counts each tenant's points with an expires_at (through overwrites, deletes
-    and a reopen) and leaves the expiry condition out of searches of tenants with none; an
+    """Qdrant Edge keeps each tenant's expiry times (through overwrites, deletes and a reopen)
+    and adds the expiry condition only while one of the tenant's points has expired; an
     expired point is hidden whenever it is stored."""
     index = edge_factory(tmp_path)()
     await index.ensure(DIM)
     flt = VectorFilter(tenant="acme", now=NOW)
-    durable = point(axis(0))
-    await index.upsert([durable, point(axis(0), tenant="globex", expires_at=NOW - 1)])
-    assert not index.may_expire("acme") and index.may_expire("globex")
-    assert edge_filter(flt, index.may_expire("acme")).must_not is None
+    durable, later = point(axis(0)), point(axis(0), expires_at=NOW + 60)
+    await index.upsert([durable, later, point(axis(0), tenant="globex", expires_at=NOW - 1)])
+    assert not index.may_expire("acme", NOW) and index.may_expire("globex", NOW)
+    assert edge_filter(flt, index.may_expire("acme", NOW)).must_not is None
+    assert index.may_expire("acme", NOW + 60)  # once it has passed
     expired = point(axis(0), expires_at=NOW - 1)
     await index.upsert([expired])
-    assert index.may_expire("acme")
+    assert index.may_expire("acme", NOW)
     for leg in ("dense", "sparse"):
-        assert await ids(index, flt, leg=leg) == {durable.id}  # hidden
+        assert await ids(index, flt, leg=leg) == {durable.id, later.id}  # hidden
     revived = dataclasses.replace(expired, expires_at=None)  # pinned: no expiry
     await index.upsert([revived])
-    assert not index.may_expire("acme")
-    assert await ids(index, flt) == {durable.id, expired.id}
+    assert not index.may_expire("acme", NOW)
+    assert await ids(index, flt) == {durable.id, later.id, expired.id}
     await index.upsert([expired])
     await index.close()
     reopened = edge_factory(tmp_path)()
     await reopened.ensure(DIM)
-    assert reopened.may_expire("acme") and reopened.may_expire("globex")
-    assert await ids(reopened, flt) == {durable.id}
+    assert reopened.may_expire("acme", NOW) and reopened.may_expire("globex", NOW)
+    assert await ids(reopened, flt) == {durable.id, later.id}
     await reopened.delete("acme", [expired.id])
-    assert not reopened.may_expire("acme") and reopened.may_expire("globex")
+    assert not reopened.may_expire("acme", NOW) and reopened.may_expire("acme", NOW + 60)
     await reopened.close()
