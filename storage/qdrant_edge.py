@@ -463,9 +463,13 @@ class EdgeVectorIndex:
             latest = {str(uuid.UUID(p.id)): p for p in points}  # the last one wins
             # new expiring points count before the write, old ones leave after it: a search
             # in between may check expiry needlessly, never skip it wrongly
-            for pid, p in latest.items():
-                if p.expires_at is not None:
-                    self._expiries.add(p.tenant, pid, float(p.expires_at))
+            expiring = [
+                (p.tenant, pid, float(p.expires_at))
+                for pid, p in latest.items()
+                if p.expires_at is not None
+            ]
+            for entry in expiring:  # a failed write leaves them counted: checks needlessly
+                self._expiries.add(*entry)
             await self._write(op, len(points))
             if self._since_optimize is not None:
                 self._since_optimize += len(points)
