@@ -248,3 +248,13 @@ async def test_erasure_also_removes_dead_lettered_copies(running) -> None:  # ty
 
 async def _count(coro, n: int) -> bool:  # type: ignore[no-untyped-def]
     return len(await coro) >= n
+
+
+async def test_memories_pages_keep_room_for_in_place_updates(running) -> None:  # type: ignore[no-untyped-def]
+    """The memories table leaves 10% of each page free (migration 006), so access-count
+    updates can stay on their page without new index entries (HOT)."""
+    async with running.pg._pool.acquire() as con:
+        options = await con.fetchval(
+            "SELECT reloptions FROM pg_class WHERE oid = 'memories'::regclass"
+        )
+    assert "fillfactor=90" in (options or [])
