@@ -619,6 +619,19 @@ class EdgeVectorIndex:
         flt = qe.Filter(must=[_match("tenant", tenant)]) if tenant is not None else None
         return self._call("count", self.shard.count, qe.CountRequest(exact=True, filter=flt))
 
+    def layout(self) -> dict[str, int]:
+        """Segments, points, and points whose dense vector is not in an HNSW graph yet (recent
+        writes below the engine's indexing threshold: every search scans them). The engine
+        counts sparse vectors as indexed wherever they are. For benchmarks and operators."""
+        info = self._call("info", self.shard.info)
+        vectors = 1 + (SPARSE_NAME in self._persisted_sparse())
+        unindexed = info.points_count * vectors - info.indexed_vectors_count
+        return {
+            "segments": info.segments_count,
+            "points": info.points_count,
+            "unindexed_points": max(0, unindexed),
+        }
+
     async def optimize(self) -> bool:
         """Build HNSW graphs and merge segments (blocking work, in a thread): ~40 s per 100k
         points here. Searches work without it (exact scan of the filtered points)."""

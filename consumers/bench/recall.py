@@ -314,6 +314,8 @@ async def run(
         await bench.stack.pg.vacuum_analyze()
         await bench.worker.vectors.optimize()
         optimize_s = time.perf_counter() - opt_start
+        layout = getattr(bench.worker.vectors, "layout", None)  # Qdrant Edge only
+        index_layout = layout() if layout is not None else {}
 
         def query_set() -> list[str]:
             return [
@@ -335,6 +337,7 @@ async def run(
         "top_k": top_k,
         "load_s": round(load_s, 1),
         "optimize_s": round(optimize_s, 1),
+        "index_layout": index_layout,
         "idf_scope": bench.settings.idf_scope,
         "latency_ms": single,
         "rounds": rounds,
@@ -371,6 +374,12 @@ def main(args: argparse.Namespace) -> int:
         f"(+{r['noise_tenants']} noise tenants), top_k {r['top_k']}, loaded in {r['load_s']} s, "
         f"index optimized in {r['optimize_s']} s; CPU gauge {r['cpu_gauge_s']} s (10M-step loop)"
     )
+    if r["index_layout"]:
+        lay = r["index_layout"]
+        print(
+            f"  index: {lay['segments']} segments, {lay['points']:,} points, "
+            f"{lay['unindexed_points']:,} not yet indexed (scanned by every search)"
+        )
     for i, s in enumerate(r["rounds"], 1):
         print(
             f"  round {i}  : p50 {s['p50']:.2f} ms  p95 {s['p95']:.2f} ms  p99 {s['p99']:.2f} ms"

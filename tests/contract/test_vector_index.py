@@ -854,3 +854,14 @@ async def test_edge_checks_expiry_only_while_a_point_of_the_tenant_has_expired(
     await reopened.delete("acme", [expired.id])
     assert not reopened.may_expire("acme", NOW) and reopened.may_expire("acme", NOW + 60)
     await reopened.close()
+
+
+async def test_edge_layout_counts_points_not_yet_in_a_graph(tmp_path: Path) -> None:
+    """Qdrant Edge: points below the indexing threshold are reported as not yet indexed."""
+    index = edge_factory(tmp_path)()
+    await index.ensure(DIM)
+    assert index.layout()["points"] == 0
+    await index.upsert([point(axis(i % DIM)) for i in range(5)])
+    layout = index.layout()
+    assert layout["points"] == 5 and layout["unindexed_points"] == 5 and layout["segments"] >= 1
+    await index.close()
