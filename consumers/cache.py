@@ -71,9 +71,23 @@ class RecallCache:
         gens = await self.kv.watch("gen.>")
         entries = await self.kv.watch("q.>", meta_only=True)
         self._watches = [
-            asyncio.create_task(self._follow_gens(gens)),
-            asyncio.create_task(self._follow_entries(entries)),
+            asyncio.create_task(self._follow_gens(gens), name="cache.generations"),
+            asyncio.create_task(self._follow_entries(entries), name="cache.entries"),
         ]
+        for task in self._watches:
+            task.add_done_callback(self._watch_ended)
+
+    def _watch_ended(self, task: asyncio.Task[None]) -> None:
+        """A watch that stops before ``stop()`` leaves the cache stale (generations) or cold
+        (entries: every lookup misses): say so, with the reason."""
+        if task.cancelled():
+            return
+        exc = task.exception()
+        log.warning(
+            "cache.watch_ended",
+            watch=task.get_name(),
+            error=type(exc).__name__ if exc else "ended",
+        )
 
     async def _follow_gens(self, watcher: Any) -> None:
         async for entry in watcher:

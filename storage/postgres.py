@@ -215,8 +215,11 @@ class PgStore:
     async def vacuum_analyze(self) -> None:
         """VACUUM ANALYZE the memories table: after a bulk load, so that the planner has
         statistics and autovacuum has nothing left to do in the middle of later work."""
-        async with self._pool.acquire() as con:
-            await con.execute("VACUUM ANALYZE memories")
+        try:
+            async with self._pool.acquire() as con:
+                await con.execute("VACUUM ANALYZE memories")
+        except _TRANSIENT as exc:
+            raise StorageUnavailable("postgres did not answer") from exc
 
     async def _fetch(self, sql: str, *args: Any) -> list[asyncpg.Record]:
         try:

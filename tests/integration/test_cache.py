@@ -60,7 +60,7 @@ async def test_an_entry_one_worker_puts_is_a_hit_for_another(caches) -> None:  #
 async def test_a_miss_makes_no_kv_call(caches) -> None:  # type: ignore[no-untyped-def]
     """An unknown key is a miss decided locally: it answers even with the bucket gone."""
     a, _ = caches
-    kv, a.kv = a.kv, None  # any KV call now raises AttributeError
+    kv, a.kv = a.kv, None  # a KV call would fail: counted as neither hit nor miss
     try:
         assert await a.get(a.key(request("never asked"))) is None
     finally:
@@ -91,3 +91,31 @@ async def test_expired_entries_are_forgotten(caches) -> None:  # type: ignore[no
     a.PRUNE_EVERY = 1
     a._know("q.other")
     assert key not in a.known and "q.other" in a.known
+
+
+async def test_a_watch_that_stops_early_is_logged_with_its_reason(caches) -> None:  # type: ignore[no-untyped-def]
+    """A watch task that fails leaves a warning naming the watch and the error; a watch
+    cancelled by stop() leaves none."""
+    from structlog.testing import capture_logs
+
+    a, _ = caches
+
+    async def broken() -> None:
+        raise ConnectionResetError("gone")
+
+    failed = asyncio.create_task(broken(), name="cache.entries")
+    await asyncio.gather(failed, return_exceptions=True)
+    cancelled = asyncio.create_task(asyncio.sleep(10), name="cache.generations")
+    cancelled.cancel()
+    await asyncio.gather(cancelled, return_exceptions=True)
+    with capture_logs() as logs:
+        a._watch_ended(failed)
+        a._watch_ended(cancelled)
+    assert logs == [
+        {
+            "event": "cache.watch_ended",
+            "watch": "cache.entries",
+            "error": "ConnectionResetError",
+            "log_level": "warning",
+        }
+    ]
