@@ -139,19 +139,27 @@ class RecallService:
         return await self.vectors.search_sparse(sparse, vflt, n)
 
     async def _select_fetched(
-        self, req: RecallRequest, scored: list[tuple[str, float]]
+        self, req: RecallRequest, scored: list[tuple[str, float]], vflt: VectorFilter
     ) -> tuple[list[Hit], bool]:
         """``select`` over the best ids, their records read from the index in pages (legs
         search without payloads, which is several times faster): first ``top_k`` plus a small
         margin, more only while the collapse leaves ``top_k`` unfilled (a fetch of 20 records
-        costs ~1 ms at 100k points, of 12 ~0.6 ms)."""
+        costs ~1 ms at 100k points, of 12 ~0.6 ms). A record of another user or agent than
+        the filter names is dropped (the index's own check; ``fetch`` checks the tenant)."""
+        user, agent = vflt.user, vflt.agent
+
+        def owned(record: Mapping[str, Any]) -> bool:
+            return (user is None or record.get("user") == user) and (
+                agent is None or record.get("agent") == agent
+            )
+
         ranked: list[tuple[Mapping[str, Any], float]] = []
         pos, step = 0, req.limit + FETCH_MARGIN
         while True:
             head = scored[pos : pos + step]
             if head:
                 records = await self.vectors.fetch(req.tenant, [mid for mid, _ in head])
-                ranked += [(records[mid], s) for mid, s in head if mid in records]
+                ranked += [(r, s) for mid, s in head if (r := records.get(mid)) and owned(r)]
             pos += len(head)
             hits, truncated = select(ranked, req)
             below = bool(head) and head[-1][1] < req.score_threshold  # the rest is lower
@@ -209,14 +217,14 @@ class RecallService:
             # only the dense leg was asked for and the embedder failed: keyword instead
             kw = await self._keyword(req, vflt, n)
             top = kw[0][1] if kw else 1.0
-            hits, truncated = await self._select_fetched(req, [(m, s / top) for m, s in kw])
+            hits, truncated = await self._select_fetched(req, [(m, s / top) for m, s in kw], vflt)
         elif req.method is Method.HYBRID and len(answered) == 2:
-            hits, truncated = await self._select_fetched(req, linear(answered, WEIGHTS))
+            hits, truncated = await self._select_fetched(req, linear(answered, WEIGHTS), vflt)
         else:
             ((name, leg),) = answered.items()
             top = leg[0][1] if leg and name == "keyword" else 1.0
             scored = [(m, max(0.0, min(1.0, s / top))) for m, s in leg]
-            hits, truncated = await self._select_fetched(req, scored)
+            hits, truncated = await self._select_fetched(req, scored, vflt)
         searched = time.perf_counter()
         if hits and touch:
             self._touch(req.tenant, [h.id for h in hits])

@@ -8,12 +8,15 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+import qdrant_edge as qe
 
 from memstream.consumers.recall import RecallService
 from memstream.schemas.memory import MemoryType, Scope
 from memstream.schemas.recall import RecallRequest
-from memstream.storage.ports import VectorPoint
-from memstream.storage.qdrant_edge import EdgeVectorIndex
+from memstream.storage.ports import VectorFilter, VectorPoint
+from memstream.storage.qdrant_edge import OWNER_FIELD, EdgeVectorIndex, owner_keys
+
+ANN = VectorFilter(tenant="acme", user="ann")
 
 
 class Counting(EdgeVectorIndex):
@@ -40,6 +43,8 @@ def record(mid: str, source: str) -> dict[str, object]:
         "type": "fact",
         "scope": "user",
         "session": "s",
+        "user": "ann",
+        "agent": None,
         "source_event_ids": [source],
         "occurred_at": "2026-01-01T00:00:00+00:00",
         "created_at": "2026-01-01T00:00:00+00:00",
@@ -68,11 +73,15 @@ async def store(index: EdgeVectorIndex, sources: list[str]) -> list[str]:
     return ids
 
 
+def ranked(ids: list[str]) -> list[tuple[str, float]]:
+    return [(m, 1 - i / 100) for i, m in enumerate(ids)]
+
+
 async def test_one_page_when_nothing_collapses(index: Counting) -> None:
     ids = await store(index, [f"e{i}" for i in range(30)])
     svc = RecallService(None, index, None)  # type: ignore[arg-type] - only the index is read
     req = RecallRequest(tenant="acme", user="ann", query="q", top_k=5)
-    hits, truncated = await svc._select_fetched(req, [(m, 1 - i / 100) for i, m in enumerate(ids)])
+    hits, truncated = await svc._select_fetched(req, ranked(ids), ANN)
     assert [h.id for h in hits] == ids[:5] and not truncated
     assert index.fetched == [7]
 
@@ -82,7 +91,7 @@ async def test_more_pages_while_the_collapse_drops_hits(index: Counting) -> None
     ids = await store(index, ["same"] * 15 + [f"e{i}" for i in range(15)])
     svc = RecallService(None, index, None)  # type: ignore[arg-type]
     req = RecallRequest(tenant="acme", user="ann", query="q", top_k=5)
-    hits, _ = await svc._select_fetched(req, [(m, 1 - i / 100) for i, m in enumerate(ids)])
+    hits, _ = await svc._select_fetched(req, ranked(ids), ANN)
     assert [h.id for h in hits] == [ids[0], *ids[15:19]]
     assert index.fetched == [7, 5, 5, 5]
 
@@ -92,6 +101,25 @@ async def test_paging_stops_below_the_threshold(index: Counting) -> None:
     svc = RecallService(None, index, None)  # type: ignore[arg-type]
     req = RecallRequest(tenant="acme", user="ann", query="q", top_k=5, score_threshold=0.5)
     scored = [(m, 0.9 if i < 3 else 0.1) for i, m in enumerate(ids)]
-    hits, _ = await svc._select_fetched(req, scored)
+    hits, _ = await svc._select_fetched(req, scored, ANN)
     assert [h.id for h in hits] == [ids[0]]
     assert index.fetched == [7]
+
+
+async def test_a_record_of_another_owner_is_dropped_whatever_the_index_returns(
+    index: Counting,
+) -> None:
+    """The Edge owner condition is a 128-bit hash: recall re-checks the owner of every record
+    it returns. Simulated by giving ann's point bob's owner keys in the shard itself: bob's
+    search finds it, recall drops it; ann's recall still gets both (the records are hers)."""
+    mine, theirs = await store(index, ["e1", "e2"])
+    op = qe.UpdateOperation.set_payload([theirs], {OWNER_FIELD: owner_keys("acme", "bob", None)})
+    index.shard.update(op)
+    bob = VectorFilter(tenant="acme", user="bob")
+    assert [m for m, _ in await index.search([1.0, 0.0, 0.0, 0.0], bob, 5)] == [theirs]
+    svc = RecallService(None, index, None)  # type: ignore[arg-type]
+    req = RecallRequest(tenant="acme", user="bob", query="q", top_k=5)
+    hits, _ = await svc._select_fetched(req, ranked([theirs]), bob)
+    assert hits == []
+    hits, _ = await svc._select_fetched(req, ranked([mine, theirs]), ANN)
+    assert [h.id for h in hits] == [mine, theirs]
