@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Awaitable, Mapping, Sequence
+from typing import Any, TypeVar
 
 from memstream.consumers.indexing import hit_of, record_of
 from memstream.consumers.logs import log
@@ -31,6 +31,7 @@ from memstream.storage.ports import Embedder, VectorFilter, VectorIndex
 from memstream.storage.ports import Hit as ScoredId
 from memstream.storage.postgres import OwnerFilter, PgStore
 
+T = TypeVar("T")
 WEIGHTS = {"keyword": 0.7, "dense": 0.3}
 SHARED = (Scope.PROJECT, Scope.GLOBAL)  # the "resources" context
 TOUCH_EVERY_S = 0.5  # access counts are written in batches
@@ -79,6 +80,14 @@ def vector_filter(flt: OwnerFilter, now: float) -> VectorFilter:
         tags=tuple(flt.tags),
         exclude_agent=flt.exclude_agent,
     )
+
+
+async def settled(leg: Awaitable[T]) -> T | BaseException:
+    """``leg``'s result, or the exception it raised (as ``gather(return_exceptions=True)``)."""
+    try:
+        return await leg
+    except Exception as exc:  # noqa: BLE001 - handed back to the caller, which sorts them
+        return exc
 
 
 def tokens(text: str) -> int:
@@ -192,9 +201,13 @@ class RecallService:
             legs["dense"] = self._dense(req, vflt, n)
         if req.method in (Method.KEYWORD, Method.HYBRID):
             legs["keyword"] = self._keyword(req, vflt, n)
-        results = dict(
-            zip(legs, await asyncio.gather(*legs.values(), return_exceptions=True), strict=True)
-        )
+        if getattr(self.vectors, "searches_inline", False):
+            # the legs run on the event loop anyway: one after the other saves the two tasks
+            # of a gather (~25-45 µs measured); searches in threads still run side by side
+            results = {name: await settled(leg) for name, leg in legs.items()}
+        else:
+            gathered = await asyncio.gather(*legs.values(), return_exceptions=True)
+            results = dict(zip(legs, gathered, strict=True))
         degraded: list[str] = []
         answered: dict[str, list[ScoredId]] = {}
         index_down = False
