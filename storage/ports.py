@@ -78,7 +78,12 @@ class VectorIndex(Protocol):
         with_records: Literal[False] = False,
     ) -> list[Hit]:
         """(memory id, cosine similarity) best first, only points matching ``flt``; with
-        ``with_records=True`` each hit also carries the point's record (same call)."""
+        ``with_records=True`` each hit also carries the point's record (same call).
+
+        The Qdrant Edge adapter matches the owner on an 88-bit hash: without records, a
+        hash collision could add another owner's id (never found in practice; a second
+        preimage is needed), so readers re-check the owner of each record they use (``fetch``
+        checks the tenant); with records the adapter checks it exactly itself."""
 
     @overload
     async def search(

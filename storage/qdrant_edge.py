@@ -3,10 +3,11 @@
 The embedded default (no ``qdrant_url``). One point per memory, id = memory id, a named dense
 vector (cosine, int8 scalar-quantized, rescored) and a sparse vector ``bm25`` (the keyword leg;
 points upserted without ``sparse`` have none and never match ``search_sparse``). The payload
-is every field of ``VectorPoint`` but the vectors, plus ``okeys`` (the point's owner keys, see
-``owner_key``; every search filters on one): keyword indexes on tenant (a tenant index), okeys,
-user, agent, session, type, scope, tags; float indexes on occurred_at and expires_at; a bool index
-on pinned; ``record`` stored unindexed and handed back by ``fetch`` / ``with_records=True``.
+is every field of ``VectorPoint`` but the vectors, plus the point's owner keys ``o_t``,
+``o_u``, ``o_a``, ``o_ua`` (see ``owner_key``; every search filters on one): keyword indexes
+on tenant (a tenant index), the owner keys, user, agent, session, type, scope, tags; float
+indexes on occurred_at and expires_at; a bool index on pinned; ``record`` stored unindexed
+and handed back by ``fetch`` / ``with_records=True``.
 
 IDF corpus (``idf_scope``): "tenant" (default) computes IDF over the tenant's points only, so
 one tenant's text never moves another's scores; "owner" narrows it to the user/agent the filter
@@ -83,8 +84,10 @@ __all__ = ["EdgeVectorIndex"]
 T = TypeVar("T")
 
 SPARSE_NAME = "bm25"
-OWNER_FIELD = "okeys"  # short owner keys (``owner_key``); shards before 2026-11-24 had "owner"
-KEYWORD_FIELDS = (OWNER_FIELD, "user", "agent", "session", "type", "scope", "tags")
+# the owner key fields by what the filter names (``owner_key``); shards before 2026-11-24 had
+# one list field "owner" of longer keys
+OWNER_FIELDS = {"t": "o_t", "u": "o_u", "a": "o_a", "ua": "o_ua"}
+KEYWORD_FIELDS = (*OWNER_FIELDS.values(), "user", "agent", "session", "type", "scope", "tags")
 FLOAT_FIELDS = ("occurred_at", "expires_at")
 BOOL_FIELDS = ("pinned",)
 _DIRECT_WRITE_MAX = 16  # points per write run on the loop; larger batches go to a thread
@@ -95,42 +98,44 @@ _STORED_FIELDS = [*_OWNER_FIELDS, "expires_at"]  # what the adapter's own counts
 _CONFIG_FILE = "edge_config.json"
 
 
+def owner_kind(user: str | None, agent: str | None) -> str:
+    if user is not None and agent is not None:
+        return "ua"
+    return "u" if user is not None else "a" if agent is not None else "t"
+
+
 @lru_cache(maxsize=8192)  # built for both legs of every search
 def owner_key(tenant: str, user: str | None, agent: str | None) -> str:
-    """One short keyword for a tenant, or a tenant's user, agent or user-and-agent: the
-    BLAKE2b-128 digest of the unambiguous JSON ``[kind, tenant, user?, agent?]`` in base64url,
-    22 characters. Short on purpose: the engine keeps keyword values of up to 23 bytes inline,
-    longer ones behind a pointer, and a filtered dense search checks the value of every point
-    it visits: at 100k points, p50 0.68 ms with a 12-character value against 0.97 ms with a
-    35-character one (the full JSON key of a short tenant id is 25). A collision would need a
-    second preimage of a 128-bit hash; recall also re-checks the owner on every record it
-    returns, and ``fetch`` the tenant."""
+    """The key of a tenant, or of a tenant's user, agent or user-and-agent: BLAKE2b-88 of the
+    unambiguous JSON ``[kind, tenant, user?, agent?]``, 15 characters of base64url. Kept in
+    its own scalar field per kind (``OWNER_FIELDS``), because a filtered dense search checks
+    the value of every point it visits and the engine keeps keyword values of up to 15 bytes
+    inline: at 100k points, p50 0.53 ms with a 15-byte value, 0.83 ms with 16 bytes (and
+    0.78 with the 25-byte JSON key of earlier shards), 0.86 ms with a list of two short values,
+    1.25 with two 22-byte ones (cold queries, interleaved, one shard). A collision would need a
+    second preimage of an 88-bit hash, and is harmless: ``fetch`` checks the tenant of every
+    record, recall the user and agent, searches with records all three."""
+    parts = [owner_kind(user, agent), tenant, *(v for v in (user, agent) if v is not None)]
+    digest = hashlib.blake2b(json.dumps(parts).encode(), digest_size=11).digest()
+    return base64.urlsafe_b64encode(digest).rstrip(b"=").decode()  # 11 bytes: 15 characters
+
+
+def owner_payload(tenant: str, user: str | None, agent: str | None) -> dict[str, str]:
+    """The owner keys a point of this owner carries (one per kind it has)."""
+    keys = {OWNER_FIELDS["t"]: owner_key(tenant, None, None)}
+    if user is not None:
+        keys[OWNER_FIELDS["u"]] = owner_key(tenant, user, None)
+    if agent is not None:
+        keys[OWNER_FIELDS["a"]] = owner_key(tenant, None, agent)
     if user is not None and agent is not None:
-        parts: list[str] = ["ua", tenant, user, agent]
-    elif user is not None:
-        parts = ["u", tenant, user]
-    elif agent is not None:
-        parts = ["a", tenant, agent]
-    else:
-        parts = ["t", tenant]
-    digest = hashlib.blake2b(json.dumps(parts).encode(), digest_size=16).digest()
-    return base64.urlsafe_b64encode(digest).rstrip(b"=").decode()
-
-
-def owner_keys(tenant: str, user: str | None, agent: str | None) -> list[str]:
-    """Every owner key a point of this owner matches (its tenant's, its user's, its agent's,
-    its user-and-agent's): one condition replaces the tenant, user and agent conditions in
-    searches (each payload condition costs ~0.2-0.4 ms per search at 3k-100k points in the
-    tenant, measured)."""
-    keys = {owner_key(tenant, None, None), owner_key(tenant, user, None)}
-    keys |= {owner_key(tenant, None, agent), owner_key(tenant, user, agent)}
-    return sorted(keys)
+        keys[OWNER_FIELDS["ua"]] = owner_key(tenant, user, agent)
+    return keys
 
 
 def payload(p: VectorPoint) -> dict[str, Any]:
     """Everything in the point but the vectors; absent values are stored as null."""
     return {
-        OWNER_FIELD: owner_keys(p.tenant, p.user, p.agent),
+        **owner_payload(p.tenant, p.user, p.agent),
         "tenant": p.tenant,
         "user": p.user,
         "agent": p.agent,
@@ -154,7 +159,8 @@ def edge_filter(flt: VectorFilter, may_expire: bool = True) -> qe.Filter:
     field of ``flt`` narrows (AND); expired points are hidden. ``may_expire=False`` (no point
     of the tenant has expired at ``flt.now``: ``Expiries``) leaves the expiry condition out:
     it costs ~160 ns per point on an unindexed segment, ~0.3 ms per leg for 2,000 points."""
-    must: list[Any] = [_match(OWNER_FIELD, owner_key(flt.tenant, flt.user, flt.agent))]
+    field = OWNER_FIELDS[owner_kind(flt.user, flt.agent)]
+    must: list[Any] = [_match(field, owner_key(flt.tenant, flt.user, flt.agent))]
     if flt.session is not None:
         must.append(_match("session", flt.session))
     if flt.types:
@@ -385,7 +391,7 @@ class EdgeVectorIndex:
             page = qe.ScrollRequest(
                 offset=offset,
                 limit=_SCAN_PAGE,
-                with_payload=qe.PayloadSelector.Include([*_STORED_FIELDS, OWNER_FIELD]),
+                with_payload=qe.PayloadSelector.Include([*_STORED_FIELDS, OWNER_FIELDS["t"]]),
                 with_vector=[SPARSE_NAME] if stats is not None else False,
             )
             records, offset = shard.scroll(page)
@@ -396,13 +402,13 @@ class EdgeVectorIndex:
             keyless: dict[tuple[str, str | None, str | None], list[Any]] = {}
             for r in records:
                 p = r.payload or {}
-                if OWNER_FIELD not in p and "tenant" in p:
+                if OWNER_FIELDS["t"] not in p and "tenant" in p:
                     keyless.setdefault((p["tenant"], p.get("user"), p.get("agent")), []).append(
                         r.id
                     )
             for (tenant, user, agent), ids in keyless.items():
-                keys = {OWNER_FIELD: owner_keys(tenant, user, agent)}
-                shard.update(qe.UpdateOperation.set_payload(ids, keys))
+                op = qe.UpdateOperation.set_payload(ids, owner_payload(tenant, user, agent))
+                shard.update(op)
             if offset is None:
                 return
 
@@ -494,17 +500,23 @@ class EdgeVectorIndex:
                     stats.add(stats.corpora(p.tenant, p.user, p.agent), p.sparse or ())
 
     async def _query(
-        self, request: qe.QueryRequest, limit: int, with_records: bool
+        self, request: qe.QueryRequest, limit: int, with_records: bool, flt: VectorFilter
     ) -> list[Hit] | list[RecordHit]:
         inline = limit <= self.direct_search_max and self.searches_inline
         hits = await self._read("query", inline, self.shard.query, request)
-        if with_records:
-            return [(str(h.id), float(h.score), _record(h.payload)) for h in hits]
+        if with_records:  # the payloads are read anyway: the owner is checked exactly here
+            owner = {"tenant": flt.tenant, "user": flt.user, "agent": flt.agent}
+            out = []
+            for h in hits:
+                p = h.payload or {}
+                if all(v is None or p.get(k) == v for k, v in owner.items()):
+                    out.append((str(h.id), float(h.score), _record(p)))
+            return out
         return [(str(h.id), float(h.score)) for h in hits]
 
     @staticmethod
     def _payload_wanted(with_records: bool) -> qe.PayloadSelector | bool:
-        return qe.PayloadSelector.Include(["record"]) if with_records else False
+        return qe.PayloadSelector.Include(["record", *_OWNER_FIELDS]) if with_records else False
 
     @overload
     async def search(
@@ -539,7 +551,7 @@ class EdgeVectorIndex:
             ),
             with_payload=self._payload_wanted(with_records),
         )
-        return await self._query(request, limit, with_records)
+        return await self._query(request, limit, with_records, flt)
 
     @overload
     async def search_sparse(
@@ -591,7 +603,7 @@ class EdgeVectorIndex:
             params=params,
             with_payload=self._payload_wanted(with_records),
         )
-        return await self._query(request, limit, with_records)
+        return await self._query(request, limit, with_records, flt)
 
     async def fetch(self, tenant: str, ids: Sequence[str]) -> dict[str, Record]:
         """The record of each point of ``tenant`` among ``ids`` (keys as given); missing ids

@@ -14,7 +14,7 @@ from memstream.consumers.recall import RecallService
 from memstream.schemas.memory import MemoryType, Scope
 from memstream.schemas.recall import RecallRequest
 from memstream.storage.ports import VectorFilter, VectorPoint
-from memstream.storage.qdrant_edge import OWNER_FIELD, EdgeVectorIndex, owner_keys
+from memstream.storage.qdrant_edge import EdgeVectorIndex, owner_payload
 
 ANN = VectorFilter(tenant="acme", user="ann")
 
@@ -109,14 +109,20 @@ async def test_paging_stops_below_the_threshold(index: Counting) -> None:
 async def test_a_record_of_another_owner_is_dropped_whatever_the_index_returns(
     index: Counting,
 ) -> None:
-    """The Edge owner condition is a 128-bit hash: recall re-checks the owner of every record
-    it returns. Simulated by giving ann's point bob's owner keys in the shard itself: bob's
-    search finds it, recall drops it; ann's recall still gets both (the records are hers)."""
+    """The Edge owner condition is an 88-bit hash: recall re-checks the owner of every record
+    it returns, and a search with records checks it itself. Simulated by giving ann's point
+    bob's owner keys in the shard: bob's id-only search finds it, his search with records and
+    his recall do not; given both ids, ann's recall keeps both (the records are hers)."""
     mine, theirs = await store(index, ["e1", "e2"])
-    op = qe.UpdateOperation.set_payload([theirs], {OWNER_FIELD: owner_keys("acme", "bob", None)})
+    op = qe.UpdateOperation.set_payload([theirs], owner_payload("acme", "bob", None))
     index.shard.update(op)
     bob = VectorFilter(tenant="acme", user="bob")
-    assert [m for m, _ in await index.search([1.0, 0.0, 0.0, 0.0], bob, 5)] == [theirs]
+    axis = [1.0, 0.0, 0.0, 0.0]
+    assert [m for m, _ in await index.search(axis, bob, 5)] == [theirs]
+    assert await index.search(axis, bob, 5, with_records=True) == []
+    assert await index.search_sparse({1: 1.0}, bob, 5, with_records=True) == []
+    found = await index.search(axis, ANN, 5, with_records=True)
+    assert [m for m, _, _ in found] == [mine]  # theirs carries bob's keys now
     svc = RecallService(None, index, None)  # type: ignore[arg-type]
     req = RecallRequest(tenant="acme", user="bob", query="q", top_k=5)
     hits, _ = await svc._select_fetched(req, ranked([theirs]), bob)

@@ -64,26 +64,25 @@ def test_owner_scope_picks_the_owner_the_filter_names(
 
 
 def test_owner_keys_are_unambiguous_and_short() -> None:
-    """The Edge adapter's owner keys: a point matches the key of its tenant, its user, its
-    agent and of both; ids holding separators or quotes cannot collide with other owners;
-    every key fits the engine's 23-byte inline keyword values, however long the ids."""
-    from memstream.storage.qdrant_edge import owner_key, owner_keys
+    """The Edge adapter's owner keys: a point carries the key of its tenant, its user, its
+    agent and of both, each in its own field; ids holding separators or quotes cannot collide
+    with other owners; every key fits the engine's 15-byte inline keyword values."""
+    from memstream.storage.qdrant_edge import OWNER_FIELDS, owner_key, owner_payload
 
-    keys = owner_keys("acme", "ann", "bot")
-    assert set(keys) == {
-        owner_key("acme", None, None),
-        owner_key("acme", "ann", None),
-        owner_key("acme", None, "bot"),
-        owner_key("acme", "ann", "bot"),
+    assert owner_payload("acme", "ann", "bot") == {
+        OWNER_FIELDS["t"]: owner_key("acme", None, None),
+        OWNER_FIELDS["u"]: owner_key("acme", "ann", None),
+        OWNER_FIELDS["a"]: owner_key("acme", None, "bot"),
+        OWNER_FIELDS["ua"]: owner_key("acme", "ann", "bot"),
     }
-    assert len(keys) == 4
-    assert owner_keys("acme", None, None) == [owner_key("acme", None, None)]
+    assert owner_payload("acme", None, None) == {OWNER_FIELDS["t"]: owner_key("acme", None, None)}
+    assert len(set(owner_payload("acme", "ann", "bot").values())) == 4
     assert owner_key('a","u', "b", None) != owner_key("a", 'u","b', None)
     assert owner_key("acme", "ann", None) != owner_key("acme", None, "ann")
     assert owner_key("acme", None, None) != owner_key("acme", "", None)
     long_id = "x" * 500
-    for key in (*keys, owner_key(long_id, long_id, long_id)):
-        assert len(key.encode()) <= 23
+    for key in (*owner_payload("acme", "ann", "bot").values(), owner_key(long_id, long_id, None)):
+        assert len(key.encode()) <= 15
 
 
 def test_weigh_leaves_out_terms_in_nearly_every_point_when_others_remain() -> None:
