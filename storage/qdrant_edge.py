@@ -57,6 +57,7 @@ import asyncio
 import base64
 import hashlib
 import json
+import re
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
@@ -96,6 +97,7 @@ _SCAN_PAGE = 2000  # points per page when counting term statistics at load
 _OWNER_FIELDS = ["tenant", "user", "agent"]
 _STORED_FIELDS = [*_OWNER_FIELDS, "expires_at"]  # what the adapter's own counts are made of
 _CONFIG_FILE = "edge_config.json"
+_CANONICAL = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\Z").match
 
 
 def owner_kind(user: str | None, agent: str | None) -> str:
@@ -291,8 +293,9 @@ class EdgeVectorIndex:
 
     @staticmethod
     def _ids(ids: Sequence[str]) -> dict[str, str]:
-        """Canonical uuid string -> the id as given; ValueError for a non-uuid id."""
-        return {str(uuid.UUID(i)): i for i in ids}
+        """Canonical uuid string -> the id as given; ValueError for a non-uuid id. Ids in
+        canonical form already (all of memstream's) skip the ``uuid.UUID`` round trip."""
+        return {i if _CANONICAL(i) else str(uuid.UUID(i)): i for i in ids}
 
     def _persisted_sparse(self) -> dict[str, Any]:
         config = json.loads((self.path / _CONFIG_FILE).read_text())
