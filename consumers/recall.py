@@ -134,21 +134,35 @@ class RecallService:
         self.served = 0
         self.failed = 0
 
-    async def _dense(self, req: RecallRequest, vflt: VectorFilter, n: int) -> list[ScoredId]:
+    async def _dense(
+        self, req: RecallRequest, vflt: VectorFilter, n: int, spent: dict[str, float]
+    ) -> list[ScoredId]:
+        started = time.perf_counter()
         try:
             vector = self.embedder.embed_query(req.query)
         except Exception as exc:  # the embedder is a foreign library: any failure degrades
             raise EmbedderFailed from exc
-        return await self.vectors.search(vector, vflt, n)
+        embedded = time.perf_counter()
+        spent["embed"] = embedded - started
+        found = await self.vectors.search(vector, vflt, n)
+        spent["dense"] = time.perf_counter() - embedded
+        return found
 
-    async def _keyword(self, req: RecallRequest, vflt: VectorFilter, n: int) -> list[ScoredId]:
+    async def _keyword(
+        self, req: RecallRequest, vflt: VectorFilter, n: int, spent: dict[str, float]
+    ) -> list[ScoredId]:
+        started = time.perf_counter()
         sparse = query_vector(req.query)
-        if not sparse:
-            return []
-        return await self.vectors.search_sparse(sparse, vflt, n)
+        found = await self.vectors.search_sparse(sparse, vflt, n) if sparse else []
+        spent["keyword"] = time.perf_counter() - started
+        return found
 
     async def _select_fetched(
-        self, req: RecallRequest, scored: list[tuple[str, float]], vflt: VectorFilter
+        self,
+        req: RecallRequest,
+        scored: list[tuple[str, float]],
+        vflt: VectorFilter,
+        spent: dict[str, float] | None = None,
     ) -> tuple[list[Hit], bool]:
         """``select`` over the best ids, their records read from the index in pages (legs
         search without payloads, which is several times faster): first ``top_k`` plus a small
@@ -167,7 +181,10 @@ class RecallService:
         while True:
             head = scored[pos : pos + step]
             if head:
+                started = time.perf_counter()
                 records = await self.vectors.fetch(req.tenant, [mid for mid, _ in head])
+                if spent is not None:
+                    spent["fetch"] = spent.get("fetch", 0.0) + time.perf_counter() - started
                 ranked += [(r, s) for mid, s in head if (r := records.get(mid)) and owned(r)]
             pos += len(head)
             hits, truncated = select(ranked, req)
@@ -196,11 +213,12 @@ class RecallService:
         now = self.pg.clock()
         vflt = vector_filter(flt, now.timestamp())
         n = max(PER_LEG, req.limit * 2)
+        spent: dict[str, float] = {}  # seconds per part, reported in timings_ms
         legs: dict[str, Any] = {}
         if req.method in (Method.VECTOR, Method.HYBRID):
-            legs["dense"] = self._dense(req, vflt, n)
+            legs["dense"] = self._dense(req, vflt, n, spent)
         if req.method in (Method.KEYWORD, Method.HYBRID):
-            legs["keyword"] = self._keyword(req, vflt, n)
+            legs["keyword"] = self._keyword(req, vflt, n, spent)
         if getattr(self.vectors, "searches_inline", False):
             # the legs run on the event loop anyway: one after the other saves the two tasks
             # of a gather (~25-45 µs measured); searches in threads still run side by side
@@ -228,16 +246,20 @@ class RecallService:
             hits, truncated = select(ranked, req)
         elif not answered:
             # only the dense leg was asked for and the embedder failed: keyword instead
-            kw = await self._keyword(req, vflt, n)
+            kw = await self._keyword(req, vflt, n, spent)
             top = kw[0][1] if kw else 1.0
-            hits, truncated = await self._select_fetched(req, [(m, s / top) for m, s in kw], vflt)
+            hits, truncated = await self._select_fetched(
+                req, [(m, s / top) for m, s in kw], vflt, spent
+            )
         elif req.method is Method.HYBRID and len(answered) == 2:
-            hits, truncated = await self._select_fetched(req, linear(answered, WEIGHTS), vflt)
+            hits, truncated = await self._select_fetched(
+                req, linear(answered, WEIGHTS), vflt, spent
+            )
         else:
             ((name, leg),) = answered.items()
             top = leg[0][1] if leg and name == "keyword" else 1.0
             scored = [(m, max(0.0, min(1.0, s / top))) for m, s in leg]
-            hits, truncated = await self._select_fetched(req, scored, vflt)
+            hits, truncated = await self._select_fetched(req, scored, vflt, spent)
         searched = time.perf_counter()
         if hits and touch:
             self._touch(req.tenant, [h.id for h in hits])
@@ -248,6 +270,7 @@ class RecallService:
             degraded=degraded,
             truncated=truncated,
             timings_ms={
+                **{part: round(s * 1000, 3) for part, s in spent.items()},
                 "search": round((searched - started) * 1000, 3),
                 "total": round((done - started) * 1000, 3),
             },

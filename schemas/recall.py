@@ -100,4 +100,7 @@ class RecallReply(BaseModel):
     degraded: list[str] = Field(default_factory=list)
     cached: bool = False
     truncated: bool = False  # hits were dropped to fit the token budget
+    # the worker's time in ms: "total", "search" (until the hits were chosen), and the parts
+    # that ran: "embed" (query embedding), "dense" and "keyword" (the legs' searches),
+    # "fetch" (reading the hits' records)
     timings_ms: dict[str, float] = Field(default_factory=dict)

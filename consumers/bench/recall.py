@@ -215,6 +215,7 @@ async def client_run(spec: dict[str, Any]) -> dict[str, Any]:
     ]
     latencies: list[float] = []
     server: list[float] = []  # the worker's own time per request (reply.timings_ms)
+    parts: list[dict[str, float]] = []  # and its parts
 
     async def one(c: Any, qs: list[str]) -> None:
         for q in qs:
@@ -222,11 +223,13 @@ async def client_run(spec: dict[str, Any]) -> dict[str, Any]:
             reply = await c.recall(q, top_k=spec["top_k"], cache=False)  # not the cache
             latencies.append((time.perf_counter() - t0) * 1000)
             server.append(reply.timings_ms.get("total", 0.0))
+            parts.append(reply.timings_ms)
 
     queries: list[str] = spec["queries"]
     await one(clients[0], queries[: min(50, len(queries))])  # warm-up
     latencies.clear()
     server.clear()
+    parts.clear()
     share = len(queries) // len(clients)
     t0 = time.perf_counter()
     await asyncio.gather(
@@ -235,7 +238,7 @@ async def client_run(spec: dict[str, Any]) -> dict[str, Any]:
     wall = time.perf_counter() - t0
     for c in clients:
         await c.close()
-    return {"latencies": latencies, "server": server, "wall_s": wall}
+    return {"latencies": latencies, "server": server, "parts": parts, "wall_s": wall}
 
 
 async def measure(bench: Any, queries: list[str], clients: int, top_k: int) -> dict[str, float]:
@@ -265,6 +268,7 @@ async def measure(bench: Any, queries: list[str], clients: int, top_k: int) -> d
         **stats(result["latencies"], result["server"], result["wall_s"]),
         "_latencies": result["latencies"],
         "_server": result["server"],
+        "_parts": result["parts"],
     }
 
 
@@ -290,11 +294,28 @@ def cpu_gauge() -> float:
     return round(time.perf_counter() - t0, 2)
 
 
-def pooled(rounds: list[dict[str, Any]]) -> dict[str, float]:
+def part_stats(parts: list[dict[str, float]]) -> dict[str, dict[str, float]]:
+    """p50 / p95 of each part of the worker's time (``RecallReply.timings_ms``)."""
+    names = sorted({k for p in parts for k in p} - {"total", "search"})
+    return {
+        k: {
+            "p50": round(percentile(v, 50), 3),
+            "p95": round(percentile(v, 95), 3),
+        }
+        for k in names
+        if (v := [p[k] for p in parts if k in p])
+    }
+
+
+def pooled(rounds: list[dict[str, Any]]) -> dict[str, Any]:
     """The percentiles of all rounds' requests together."""
     lat = [x for r in rounds for x in r.pop("_latencies")]
     server = [x for r in rounds for x in r.pop("_server")]
-    return stats(lat, server, sum(r["wall_s"] for r in rounds))
+    parts = [x for r in rounds for x in r.pop("_parts")]
+    return {
+        **stats(lat, server, sum(r["wall_s"] for r in rounds)),
+        "server_parts": part_stats(parts),
+    }
 
 
 async def run(
@@ -328,7 +349,7 @@ async def run(
         rounds = [await measure(bench, query_set() if r else qs, 1, top_k) for r in range(rounds_n)]
         single = pooled(rounds)
         multi = await measure(bench, qs_concurrent, max(1, concurrency), top_k)
-        multi.pop("_latencies"), multi.pop("_server")
+        multi.pop("_latencies"), multi.pop("_server"), multi.pop("_parts")
         async with bench.client("bench-main", user="u0") as probe:
             reply = await probe.recall(qs[0], top_k=top_k, cache=False)
     return {
@@ -384,6 +405,13 @@ def main(args: argparse.Namespace) -> int:
         print(
             f"  round {i}  : p50 {s['p50']:.2f} ms  p95 {s['p95']:.2f} ms  p99 {s['p99']:.2f} ms"
             f"  (in the worker: p50 {s['server_p50']:.2f} ms, p95 {s['server_p95']:.2f} ms)"
+        )
+    if single.get("server_parts"):
+        print(
+            "  in the worker, 1 client (p50 / p95 ms): "
+            + ", ".join(
+                f"{k} {v['p50']:.2f} / {v['p95']:.2f}" for k, v in single["server_parts"].items()
+            )
         )
     for label, s in (("1 client, all rounds", single), (f"{multi['clients']} clients", multi)):
         print(

@@ -104,4 +104,7 @@ def test_recall_bench_measures_over_nats(nats_url: str, database_url: str) -> No
     for s in (r["latency_ms"], r["concurrent"], *r["rounds"]):
         assert 0 < s["p50"] <= s["p95"] <= s["p99"]
         assert 0 < s["server_p50"] <= s["p50"]
+    parts = r["latency_ms"]["server_parts"]  # where the worker's time went, per part
+    assert set(parts) == {"embed", "dense", "keyword", "fetch"}
+    assert all(0 < p["p50"] <= p["p95"] <= r["latency_ms"]["server_p95"] for p in parts.values())
     assert r["concurrent"]["clients"] == 2

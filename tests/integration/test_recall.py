@@ -50,10 +50,17 @@ async def test_methods_and_attribution(running) -> None:  # type: ignore[no-unty
     source event."""
     ids = await seed(running)
     async with running.client("acme", user="zoe") as mem:
+        parts = {
+            "keyword": {"keyword", "fetch", "search", "total"},
+            "vector": {"embed", "dense", "fetch", "search", "total"},
+            "hybrid": {"embed", "dense", "keyword", "fetch", "search", "total"},
+        }
         for method in ("keyword", "vector", "hybrid"):
-            reply = await mem.recall("green tea morning", method=method, top_k=3)
+            reply = await mem.recall("green tea morning", method=method, top_k=3, cache=False)
             assert reply.hits[0].id == ids["tea"], method
             assert reply.method.value == method and reply.degraded == []
+            assert set(reply.timings_ms) == parts[method]  # where the worker's time went
+            assert reply.timings_ms["total"] >= reply.timings_ms["fetch"] > 0
         hit = (await mem.recall("green tea morning", top_k=1)).hits[0]
         assert hit.type.value == "preference" and hit.session == "default"
         assert hit.source_event_ids and hit.source_event_ids[0].startswith("remember:")
