@@ -4,6 +4,7 @@ record recall answers from, so the hot path needs no Postgres read."""
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
@@ -95,9 +96,8 @@ async def index(
                         seen.add(f.id)
                         extra.append(f)
         memories = [*memories, *extra]
-    contexts = [
-        await pg.session_context(m) if m.type is MemoryType.EPISODE else [] for m in memories
-    ]
+    found = await pg.session_contexts([m for m in memories if m.type is MemoryType.EPISODE])
+    contexts = [found.get(str(uuid.UUID(m.id)), []) for m in memories]
     vecs = embedder.embed([dated(m.content, m.occurred_at) for m in memories])
     await vectors.upsert([point(m, v, c) for m, v, c in zip(memories, vecs, contexts, strict=True)])
     await pg.mark_indexed([m.id for m in memories])

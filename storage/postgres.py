@@ -430,24 +430,40 @@ class PgStore:
             )
         return True
 
-    async def session_context(self, m: MemoryRecord, turns: int = 2) -> list[str]:
-        """The contents of the episodes right before ``m`` in its session (by occurrence, then
-        arrival; oldest first): the earlier-turn context of the keyword leg."""
+    async def session_contexts(
+        self, memories: Sequence[MemoryRecord], turns: int = 2
+    ) -> dict[str, list[str]]:
+        """The contents of the ``turns`` episodes right before each memory in its session (by
+        occurrence, then arrival, then id; oldest first), in one statement: the earlier-turn
+        context of the keyword leg. Memory id -> contents; memories without earlier episodes
+        are absent. (One query per memory before: 2,000 round trips per indexed batch.)"""
+        if not memories:
+            return {}
         rows = await self._fetch(
-            "SELECT content FROM memories WHERE tenant = $1 AND session = $2 AND type = 'episode' "
-            "AND user_id IS NOT DISTINCT FROM $3 AND agent_id IS NOT DISTINCT FROM $4 "
-            "AND (occurred_at, created_at, id) < ($5, $6, $7) AND deleted_at IS NULL "
-            "ORDER BY occurred_at DESC, created_at DESC, id DESC LIMIT $8",
-            m.tenant,
-            m.session,
-            m.user,
-            m.agent,
-            m.occurred_at,
-            m.created_at,
-            uuid.UUID(m.id),
+            "SELECT q.id::text AS of, c.content FROM unnest($1::text[], $2::text[], $3::text[], "
+            "$4::text[], $5::timestamptz[], $6::timestamptz[], $7::uuid[]) "
+            "AS q(tenant, session, user_id, agent_id, occurred_at, created_at, id) "
+            "CROSS JOIN LATERAL (SELECT m.content, m.occurred_at, m.created_at, m.id "
+            "FROM memories m WHERE m.tenant = q.tenant AND m.session = q.session "
+            "AND m.type = 'episode' AND m.user_id IS NOT DISTINCT FROM q.user_id "
+            "AND m.agent_id IS NOT DISTINCT FROM q.agent_id "
+            "AND (m.occurred_at, m.created_at, m.id) < (q.occurred_at, q.created_at, q.id) "
+            "AND m.deleted_at IS NULL "
+            "ORDER BY m.occurred_at DESC, m.created_at DESC, m.id DESC LIMIT $8) c "
+            "ORDER BY q.id, c.occurred_at, c.created_at, c.id",
+            [m.tenant for m in memories],
+            [m.session for m in memories],
+            [m.user for m in memories],
+            [m.agent for m in memories],
+            [m.occurred_at for m in memories],
+            [m.created_at for m in memories],
+            [uuid.UUID(m.id) for m in memories],
             turns,
         )
-        return [r["content"] for r in reversed(rows)]
+        out: dict[str, list[str]] = {}
+        for r in rows:
+            out.setdefault(r["of"], []).append(r["content"])
+        return out
 
     async def session_followers(self, m: MemoryRecord, turns: int = 2) -> list[MemoryRecord]:
         """The episodes right after ``m`` in its session: their context includes ``m``, so
