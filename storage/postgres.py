@@ -221,6 +221,18 @@ class PgStore:
         except _TRANSIENT as exc:
             raise StorageUnavailable("postgres did not answer") from exc
 
+    async def checkpoint(self) -> bool:
+        """CHECKPOINT: after a bulk load, the writes reach the disk now rather than during
+        later work. False when the role may not (superuser or pg_checkpoint only)."""
+        try:
+            async with self._pool.acquire() as con:
+                await con.execute("CHECKPOINT")
+        except asyncpg.InsufficientPrivilegeError:
+            return False
+        except _TRANSIENT as exc:
+            raise StorageUnavailable("postgres did not answer") from exc
+        return True
+
     async def _fetch(self, sql: str, *args: Any) -> list[asyncpg.Record]:
         try:
             return list(await self._pool.fetch(sql, *args))
