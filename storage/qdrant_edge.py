@@ -41,9 +41,9 @@ ms at 100k points) they go to a thread. Each search uses one engine thread
 (``search_threads=1``): with the engine's own pool, p95 was 2.3x p50 on 2 cores.
 
 Existing shards: ``ensure()`` on a shard of the previous version (no ``bm25``) adds the sparse
-vector in place; old points get one when upserted again. Points without ``okeys`` (stored
-before 2026-11-24) get theirs when the shard is opened (~20 s per 100k points, once; their
-vectors are then re-indexed by the next ``optimize``).
+vector in place; old points get one when upserted again. Points without the owner key
+fields (stored by earlier versions) get them when the shard is opened (~20 s per 100k points,
+once; their vectors are then re-indexed by the next ``optimize``).
 
 qdrant_edge raises bare ``Exception`` for every failure. Calls into it are wrapped here, once:
 an incompatible or locked shard raises ``ConfigurationError``, anything else
@@ -85,8 +85,8 @@ __all__ = ["EdgeVectorIndex"]
 T = TypeVar("T")
 
 SPARSE_NAME = "bm25"
-# the owner key fields by what the filter names (``owner_key``); shards before 2026-11-24 had
-# one list field "owner" of longer keys
+# the owner key fields by what the filter names (``owner_key``); earlier versions stored one
+# list field "owner" of longer keys
 OWNER_FIELDS = {"t": "o_t", "u": "o_u", "a": "o_a", "ua": "o_ua"}
 KEYWORD_FIELDS = (*OWNER_FIELDS.values(), "user", "agent", "session", "type", "scope", "tags")
 FLOAT_FIELDS = ("occurred_at", "expires_at")
