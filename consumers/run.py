@@ -15,6 +15,7 @@ from typing import Any
 from memstream.consumers.app import Worker
 from memstream.consumers.embedded import EmbeddedNats, EmbeddedPostgres
 from memstream.consumers.logs import configure, log
+from memstream.consumers.memlock import lock_memory
 from memstream.pipeline.redact import Redactor
 from memstream.producers.client import STACK_FILE
 from memstream.schemas.errors import ConfigurationError, StorageUnavailable
@@ -105,6 +106,18 @@ async def ensure_index(worker: Worker) -> None:
         log.warning("startup.vector_index_unreachable", action="starting degraded")
 
 
+def locked(wanted: bool) -> bool:
+    """``mlockall`` the process if ``wanted`` (``MEMSTREAM_LOCK_MEMORY``); logs the outcome."""
+    if not wanted:
+        return False
+    why = lock_memory()
+    if why is None:
+        log.info("worker.memory_locked")
+        return True
+    log.warning("worker.memory_lock_failed", reason=why)
+    return False
+
+
 async def serve(settings: Settings, announce: bool) -> int:
     configure(settings.log_level)
     settings.state_dir.mkdir(parents=True, exist_ok=True)
@@ -114,6 +127,8 @@ async def serve(settings: Settings, announce: bool) -> int:
         worker = make_worker(stack, embedder)
         await ensure_index(worker)
         await worker.start()
+        if settings.lock_memory:
+            locked(True)
     except ConfigurationError as exc:
         log.error("startup.failed", error=str(exc))
         return 2

@@ -40,6 +40,9 @@ class Settings(BaseSettings):
     # Dense search width on HNSW-indexed segments (Qdrant Edge); None: the engine's default.
     # 64 at 100k points: dense p95 1.55 -> 1.24 ms, fused top-10 the same for 99.2% of hits.
     hnsw_ef: int | None = Field(default=64, ge=1)
+    # mlockall the worker: keeps the memory-mapped index in RAM on hosts that reclaim page
+    # cache (consumers/memlock.py); needs CAP_IPC_LOCK or an unlimited `ulimit -l`.
+    lock_memory: bool = False
     embedding_model: str | None = None  # a fastembed model name; default: the packaged static model
     embedding_path: Path | None = None  # a local model directory
     # Keys the redaction placeholders (same value -> same token within a tenant).

@@ -19,6 +19,7 @@ from typing import Any
 
 from memstream.consumers import indexing
 from memstream.consumers.bench.harness import bench_stack, percentile, progress
+from memstream.consumers.run import locked
 from memstream.pipeline import dedupe
 from memstream.schemas.memory import Candidate, MemoryType, Owner
 from memstream.storage.postgres import OwnerFilter
@@ -320,10 +321,17 @@ def pooled(rounds: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 async def run(
-    n: int, noise: int, queries: int, concurrency: int, top_k: int, rounds_n: int = 3
+    n: int,
+    noise: int,
+    queries: int,
+    concurrency: int,
+    top_k: int,
+    rounds_n: int = 3,
+    lock: bool = False,
 ) -> dict[str, Any]:
     rng = random.Random(42)
     async with bench_stack() as bench:
+        memory_locked = locked(lock or bench.settings.lock_memory)  # the worker is this process
         load_start = time.perf_counter()
         await load(bench, "bench-main", n, rng, "memories (queried tenant)")
         for t in range(noise):
@@ -364,6 +372,7 @@ async def run(
         "load_s": round(load_s, 1),
         "optimize_s": round(optimize_s, 1),
         "postgres_checkpoint": checkpointed,
+        "memory_locked": memory_locked,
         "index_layout": index_layout,
         "idf_scope": bench.settings.idf_scope,
         "latency_ms": single,
@@ -382,6 +391,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--concurrency", type=int, default=8)
     p.add_argument("--top-k", type=int, default=10)
     p.add_argument("--rounds", type=int, default=3, help="single-client rounds of --queries each")
+    p.add_argument(
+        "--lock-memory",
+        action="store_true",
+        help="mlockall the worker (as MEMSTREAM_LOCK_MEMORY=true): no page faults on the index",
+    )
 
 
 def main(args: argparse.Namespace) -> int:
@@ -393,6 +407,7 @@ def main(args: argparse.Namespace) -> int:
             args.concurrency,
             args.top_k,
             max(1, args.rounds),
+            args.lock_memory,
         )
     )
     single, multi = r["latency_ms"], r["concurrent"]
@@ -400,6 +415,7 @@ def main(args: argparse.Namespace) -> int:
         f"\nrecall over NATS, {r['memories']:,} memories in the tenant "
         f"(+{r['noise_tenants']} noise tenants), top_k {r['top_k']}, loaded in {r['load_s']} s, "
         f"index optimized in {r['optimize_s']} s; CPU gauge {r['cpu_gauge_s']} s (10M-step loop)"
+        f"{'; memory locked' if r['memory_locked'] else ''}"
     )
     if r["index_layout"]:
         lay = r["index_layout"]

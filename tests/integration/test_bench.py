@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+from memstream.consumers import memlock
 
 pytestmark = pytest.mark.integration
 
@@ -94,7 +97,7 @@ def test_recall_bench_measures_over_nats(nats_url: str, database_url: str) -> No
     per round, pooled and with concurrent clients, plus the worker's own time."""
     r = bench(
         "recall --memories 300 --noise-tenants 1 --queries 40 --concurrency 2 --rounds 2 "
-        "--top-k 5".split(),
+        "--top-k 5 --lock-memory".split(),
         nats_url,
         database_url,
     )
@@ -102,6 +105,9 @@ def test_recall_bench_measures_over_nats(nats_url: str, database_url: str) -> No
     assert len(r["rounds"]) == 2 and r["cpu_gauge_s"] > 0
     assert r["index_layout"]["points"] == 330  # 300 + one noise tenant of 30
     assert r["postgres_checkpoint"] is True  # the test servers' role may CHECKPOINT
+    # --lock-memory: locked where the process may, else it ran unlocked (and said why)
+    limit = resource.getrlimit(resource.RLIMIT_MEMLOCK)[0]
+    assert r["memory_locked"] is (memlock._can_ipc_lock() or limit == resource.RLIM_INFINITY)
     for s in (r["latency_ms"], r["concurrent"], *r["rounds"]):
         assert 0 < s["p50"] <= s["p95"] <= s["p99"]
         assert 0 < s["server_p50"] <= s["p50"]
