@@ -127,8 +127,7 @@ async def serve(settings: Settings, announce: bool) -> int:
         worker = make_worker(stack, embedder)
         await ensure_index(worker)
         await worker.start()
-        if settings.lock_memory:
-            locked(True)
+        locked(settings.lock_memory)
     except ConfigurationError as exc:
         log.error("startup.failed", error=str(exc))
         return 2

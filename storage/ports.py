@@ -62,6 +62,11 @@ class VectorIndex(Protocol):
     """A vector index over memories: a dense (cosine) and a keyword (BM25) leg, with records
     in the payload so recall needs no other read. Every method is idempotent."""
 
+    @property
+    def searches_inline(self) -> bool:
+        """Whether searches run on the caller's event loop now (no thread or network hop):
+        recall then runs its two legs one after the other instead of side by side."""
+
     async def ensure(self, dim: int) -> None:
         """Create the collection and its payload indexes if missing (or add what is missing)."""
 

@@ -393,6 +393,11 @@ class ServerVectorIndex:
         )
         await self._call("delete", self._client.delete(self.collection, selector, wait=True))
 
+    @property
+    def searches_inline(self) -> bool:
+        """Never: every search is a call to the server (recall overlaps its two legs)."""
+        return False
+
     async def count(self, tenant: str | None = None) -> int:
         """Points stored, of one tenant or of all (expired ones included)."""
         flt = models.Filter(must=[_match("tenant", tenant)]) if tenant is not None else None

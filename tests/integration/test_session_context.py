@@ -76,4 +76,5 @@ async def test_session_contexts_of_a_batch_follow_the_definition(pg: PgStore) ->
     first, second = (await pg.session_contexts([latest]))[str(uuid.UUID(latest.id))]
     assert second == "turn 4 at minute 3"  # the deleted turn at minute 2 is skipped
     assert first in {"turn 1 at minute 1", "turn 2 at minute 1"}  # the later id of the tie
+    assert await pg.session_contexts([latest, latest]) == await pg.session_contexts([latest])
     assert await pg.session_contexts([]) == {}
