@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from memstream.consumers.app import Worker
+from memstream.consumers.cpulatency import CpuLatencyHold, hold_cpu_latency
 from memstream.consumers.embedded import EmbeddedNats, EmbeddedPostgres
 from memstream.consumers.logs import configure, log
 from memstream.consumers.memlock import lock_memory
@@ -118,6 +119,19 @@ def locked(wanted: bool) -> bool:
     return False
 
 
+def cpu_latency(us: int | None) -> CpuLatencyHold | None:
+    """Hold the CPUs' wake-up latency at ``us`` µs (``MEMSTREAM_CPU_LATENCY_US``) if set;
+    logs the outcome. The hold lasts until it is closed or the process exits."""
+    if us is None:
+        return None
+    hold = hold_cpu_latency(us)
+    if isinstance(hold, str):
+        log.warning("worker.cpu_latency_failed", reason=hold)
+        return None
+    log.info("worker.cpu_latency_held", us=us)
+    return hold
+
+
 async def serve(settings: Settings, announce: bool) -> int:
     configure(settings.log_level)
     settings.state_dir.mkdir(parents=True, exist_ok=True)
@@ -128,6 +142,7 @@ async def serve(settings: Settings, announce: bool) -> int:
         await ensure_index(worker)
         await worker.start()
         locked(settings.lock_memory)
+        latency_hold = cpu_latency(settings.cpu_latency_us)
     except ConfigurationError as exc:
         log.error("startup.failed", error=str(exc))
         return 2
@@ -173,6 +188,8 @@ async def serve(settings: Settings, announce: bool) -> int:
         ops.close()
     await worker.stop()
     await stack.close()
+    if latency_hold is not None:
+        latency_hold.close()
     with contextlib.suppress(OSError):
         stack_file.unlink()
     print("stopped.", flush=True)

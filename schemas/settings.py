@@ -43,6 +43,10 @@ class Settings(BaseSettings):
     # mlockall the worker: keeps the memory-mapped index in RAM on hosts that reclaim page
     # cache (consumers/memlock.py); needs CAP_IPC_LOCK or an unlimited `ulimit -l`.
     lock_memory: bool = False
+    # Hold every CPU's wake-up latency at this many µs while the worker runs (PM QoS,
+    # /dev/cpu_dma_latency; consumers/cpulatency.py): 0 keeps idle CPUs polling instead of
+    # halting. None: the kernel decides. Needs root.
+    cpu_latency_us: int | None = Field(default=None, ge=0)
     embedding_model: str | None = None  # a fastembed model name; default: the packaged static model
     embedding_path: Path | None = None  # a local model directory
     # Keys the redaction placeholders (same value -> same token within a tenant).

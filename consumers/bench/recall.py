@@ -19,7 +19,7 @@ from typing import Any
 
 from memstream.consumers import indexing
 from memstream.consumers.bench.harness import bench_stack, percentile, progress
-from memstream.consumers.run import locked
+from memstream.consumers.run import cpu_latency, locked
 from memstream.pipeline import dedupe
 from memstream.schemas.memory import Candidate, MemoryType, Owner
 from memstream.storage.postgres import OwnerFilter
@@ -328,43 +328,52 @@ async def run(
     top_k: int,
     rounds_n: int = 3,
     lock: bool = False,
+    latency_us: int | None = None,
 ) -> dict[str, Any]:
     rng = random.Random(42)
     async with bench_stack() as bench:
         memory_locked = locked(lock or bench.settings.lock_memory)  # the worker is this process
-        load_start = time.perf_counter()
-        await load(bench, "bench-main", n, rng, "memories (queried tenant)")
-        for t in range(noise):
-            await load(bench, f"bench-noise-{t}", max(1, n // 10), rng, f"noise tenant {t}")
-        load_s = time.perf_counter() - load_start
-        # what an operator does after a bulk load (else autovacuum runs in the first round),
-        # and what the worker's maintenance loop does after bulk writes: the engine's indexes
-        print("  VACUUM ANALYZE, optimizing the vector index ...", file=sys.stderr, flush=True)
-        opt_start = time.perf_counter()
-        await bench.stack.pg.vacuum_analyze()
-        await bench.worker.vectors.optimize()
-        optimize_s = time.perf_counter() - opt_start
-        # and the load's writes on disk before measuring (a first round measured during their
-        # write-back: worker p50 3.54 ms against 2.34 / 2.38 for the next two)
-        checkpointed = await bench.stack.pg.checkpoint()
-        await asyncio.to_thread(os.sync)
-        layout = getattr(bench.worker.vectors, "layout", None)  # Qdrant Edge only
-        index_layout = layout() if layout is not None else {}
+        us = bench.settings.cpu_latency_us if latency_us is None else latency_us
+        latency_hold = cpu_latency(us)  # held by this process for the whole run
+        try:
+            load_start = time.perf_counter()
+            await load(bench, "bench-main", n, rng, "memories (queried tenant)")
+            for t in range(noise):
+                await load(bench, f"bench-noise-{t}", max(1, n // 10), rng, f"noise tenant {t}")
+            load_s = time.perf_counter() - load_start
+            # what an operator does after a bulk load (else autovacuum runs in the first round),
+            # and what the worker's maintenance loop does after bulk writes: the engine's indexes
+            print("  VACUUM ANALYZE, optimizing the vector index ...", file=sys.stderr, flush=True)
+            opt_start = time.perf_counter()
+            await bench.stack.pg.vacuum_analyze()
+            await bench.worker.vectors.optimize()
+            optimize_s = time.perf_counter() - opt_start
+            # and the load's writes on disk before measuring (a first round measured during their
+            # write-back: worker p50 3.54 ms against 2.34 / 2.38 for the next two)
+            checkpointed = await bench.stack.pg.checkpoint()
+            await asyncio.to_thread(os.sync)
+            layout = getattr(bench.worker.vectors, "layout", None)  # Qdrant Edge only
+            index_layout = layout() if layout is not None else {}
 
-        def query_set() -> list[str]:
-            return [
-                f"what did the user do with the {a} {b}?"
-                for a, b in (rng.sample(WORDS, 2) for _ in range(queries))
+            def query_set() -> list[str]:
+                return [
+                    f"what did the user do with the {a} {b}?"
+                    for a, b in (rng.sample(WORDS, 2) for _ in range(queries))
+                ]
+
+            qs, qs_concurrent = query_set(), query_set()
+            gauge = cpu_gauge()
+            rounds = [
+                await measure(bench, query_set() if r else qs, 1, top_k) for r in range(rounds_n)
             ]
-
-        qs, qs_concurrent = query_set(), query_set()
-        gauge = cpu_gauge()
-        rounds = [await measure(bench, query_set() if r else qs, 1, top_k) for r in range(rounds_n)]
-        single = pooled(rounds)
-        multi = await measure(bench, qs_concurrent, max(1, concurrency), top_k)
-        multi.pop("_latencies"), multi.pop("_server"), multi.pop("_parts")
-        async with bench.client("bench-main", user="u0") as probe:
-            reply = await probe.recall(qs[0], top_k=top_k, cache=False)
+            single = pooled(rounds)
+            multi = await measure(bench, qs_concurrent, max(1, concurrency), top_k)
+            multi.pop("_latencies"), multi.pop("_server"), multi.pop("_parts")
+            async with bench.client("bench-main", user="u0") as probe:
+                reply = await probe.recall(qs[0], top_k=top_k, cache=False)
+        finally:
+            if latency_hold is not None:
+                latency_hold.close()
     return {
         "memories": n,
         "noise_tenants": noise,
@@ -373,6 +382,7 @@ async def run(
         "optimize_s": round(optimize_s, 1),
         "postgres_checkpoint": checkpointed,
         "memory_locked": memory_locked,
+        "cpu_latency_us": latency_hold.us if latency_hold is not None else None,
         "index_layout": index_layout,
         "idf_scope": bench.settings.idf_scope,
         "latency_ms": single,
@@ -396,6 +406,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="mlockall the worker (as MEMSTREAM_LOCK_MEMORY=true): no page faults on the index",
     )
+    p.add_argument(
+        "--cpu-latency-us",
+        type=int,
+        default=None,
+        metavar="US",
+        help="hold the CPUs' wake-up latency at US µs while measuring (as MEMSTREAM_CPU_LATENCY_US;"
+        " 0: idle CPUs poll instead of halting; needs root)",
+    )
 
 
 def main(args: argparse.Namespace) -> int:
@@ -408,6 +426,7 @@ def main(args: argparse.Namespace) -> int:
             args.top_k,
             max(1, args.rounds),
             args.lock_memory,
+            args.cpu_latency_us,
         )
     )
     single, multi = r["latency_ms"], r["concurrent"]
@@ -416,6 +435,11 @@ def main(args: argparse.Namespace) -> int:
         f"(+{r['noise_tenants']} noise tenants), top_k {r['top_k']}, loaded in {r['load_s']} s, "
         f"index optimized in {r['optimize_s']} s; CPU gauge {r['cpu_gauge_s']} s (10M-step loop)"
         f"{'; memory locked' if r['memory_locked'] else ''}"
+        + (
+            f"; CPU wake-up latency held at {r['cpu_latency_us']} µs"
+            if r["cpu_latency_us"] is not None
+            else ""
+        )
     )
     if r["index_layout"]:
         lay = r["index_layout"]

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from memstream.consumers import memlock
+from memstream.consumers import cpulatency, memlock
 
 pytestmark = pytest.mark.integration
 
@@ -97,7 +97,7 @@ def test_recall_bench_measures_over_nats(nats_url: str, database_url: str) -> No
     per round, pooled and with concurrent clients, plus the worker's own time."""
     r = bench(
         "recall --memories 300 --noise-tenants 1 --queries 40 --concurrency 2 --rounds 2 "
-        "--top-k 5 --lock-memory".split(),
+        "--top-k 5 --lock-memory --cpu-latency-us 0".split(),
         nats_url,
         database_url,
     )
@@ -108,6 +108,9 @@ def test_recall_bench_measures_over_nats(nats_url: str, database_url: str) -> No
     # --lock-memory: locked where the process may, else it ran unlocked (and said why)
     limit = resource.getrlimit(resource.RLIMIT_MEMLOCK)[0]
     assert r["memory_locked"] is (memlock._can_ipc_lock() or limit == resource.RLIM_INFINITY)
+    # --cpu-latency-us 0: held where the device is writable (root), else it ran without
+    writable = os.access(cpulatency.DEVICE, os.W_OK)
+    assert r["cpu_latency_us"] == (0 if writable else None)
     for s in (r["latency_ms"], r["concurrent"], *r["rounds"]):
         assert 0 < s["p50"] <= s["p95"] <= s["p99"]
         assert 0 < s["server_p50"] <= s["p50"]
