@@ -159,6 +159,11 @@ async def serve(settings: Settings, announce: bool) -> int:
         if ops
         else "disabled"
     )
+    # before the announcement: a signal sent once it is out stops the worker cleanly
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
     stack_file = settings.state_dir / STACK_FILE
     found = {"nats_url": stack.nats_url, "namespace": settings.namespace}
     if not settings.database_url:  # the embedded database: loopback, no password
@@ -178,10 +183,6 @@ async def serve(settings: Settings, announce: bool) -> int:
             f"Ctrl-C stops everything.",
             flush=True,
         )
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
     await stop.wait()
     print("stopping ...", flush=True)
     if ops is not None:

@@ -1,0 +1,99 @@
+"""`memstream dev` as a process: it starts its own stack, applies the host settings it is
+given (memory locking, the CPU wake-up latency), and stops cleanly on SIGTERM."""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import resource
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from typing import IO, Any
+
+import pytest
+
+from memstream.consumers import cpulatency, memlock
+
+pytestmark = pytest.mark.integration
+
+MEMSTREAM = str(Path(sys.executable).parent / "memstream")
+HOST_EVENTS = {
+    "worker.memory_locked",
+    "worker.memory_lock_failed",
+    "worker.cpu_latency_held",
+    "worker.cpu_latency_failed",
+}
+
+
+def _lines(stream: IO[str], into: queue.Queue[str]) -> None:
+    for line in stream:
+        into.put(line)
+
+
+def _events(lines: queue.Queue[str], wanted: int, timeout_s: float) -> dict[str, dict[str, Any]]:
+    """The first ``wanted`` host-setting events of the worker's JSON log."""
+    found: dict[str, dict[str, Any]] = {}
+    while len(found) < wanted:
+        line = lines.get(timeout=timeout_s)
+        if line.startswith("{"):
+            event = json.loads(line)
+            if event.get("event") in HOST_EVENTS:
+                found[event["event"]] = event
+    return found
+
+
+def test_dev_applies_host_settings_and_stops_cleanly(tmp_path: Path) -> None:
+    before = cpulatency.current_cpu_latency()
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("MEMSTREAM_")},
+        "MEMSTREAM_STATE_DIR": str(tmp_path / "state"),
+        "MEMSTREAM_OPS_PORT": "0",
+        "MEMSTREAM_LOCK_MEMORY": "true",
+        "MEMSTREAM_CPU_LATENCY_US": "0",
+    }
+    proc = subprocess.Popen(
+        [MEMSTREAM, "dev"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    lines: queue.Queue[str] = queue.Queue()
+    said: queue.Queue[str] = queue.Queue()
+    assert proc.stderr is not None and proc.stdout is not None
+    readers = [
+        threading.Thread(target=_lines, args=(proc.stderr, lines), daemon=True),
+        threading.Thread(target=_lines, args=(proc.stdout, said), daemon=True),
+    ]
+    for reader in readers:
+        reader.start()
+    try:
+        events = _events(lines, 2, timeout_s=120)
+        while "Ctrl-C stops everything." not in said.get(timeout=120):
+            pass  # the announcement: the worker is serving
+        may_lock = memlock._can_ipc_lock() or (
+            resource.getrlimit(resource.RLIMIT_MEMLOCK)[0] == resource.RLIM_INFINITY
+        )
+        status = Path(f"/proc/{proc.pid}/status").read_text().splitlines()
+        locked_kb = int(next(ln for ln in status if ln.startswith("VmLck:")).split()[1])
+        if may_lock:
+            assert "worker.memory_locked" in events and locked_kb > 0
+        else:
+            assert "RLIMIT_MEMLOCK" in events["worker.memory_lock_failed"]["reason"]
+            assert locked_kb == 0
+        if os.access(cpulatency.DEVICE, os.W_OK):
+            assert events["worker.cpu_latency_held"]["us"] == 0
+            assert cpulatency.current_cpu_latency() == 0  # held by the worker process
+        else:
+            assert "cannot open" in events["worker.cpu_latency_failed"]["reason"]
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=60)
+        for reader in readers:
+            reader.join(timeout=10)  # to the end of the pipes
+    out = []
+    while not said.empty():
+        out.append(said.get())
+    assert proc.returncode == 0 and "stopped.\n" in out
+    if before is not None:
+        assert cpulatency.current_cpu_latency() == before  # released with the process
