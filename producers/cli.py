@@ -9,6 +9,8 @@ from collections.abc import Sequence
 from importlib.metadata import entry_points
 from importlib.util import find_spec
 
+from pydantic import ValidationError
+
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="memstream", description=__doc__)
@@ -28,8 +30,23 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    code: int = args.func(args)
+    try:
+        code: int = args.func(args)
+    except ValidationError as exc:
+        if exc.title != "Settings":
+            raise
+        print(settings_error(exc), file=sys.stderr)
+        return 2
     return code
+
+
+def settings_error(exc: ValidationError) -> str:
+    """One line per invalid ``MEMSTREAM_*`` variable, without its value (it may be a secret)."""
+    lines = ["memstream: invalid configuration:"]
+    for err in exc.errors(include_input=False, include_url=False):
+        name = "MEMSTREAM_" + "__".join(str(p) for p in err["loc"]).upper()
+        lines.append(f"  {name}: {err['msg']}")
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

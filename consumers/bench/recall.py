@@ -394,6 +394,13 @@ async def run(
     }
 
 
+def _microseconds(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more µs, not {value}")
+    return value
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--memories", type=int, default=100_000)
     p.add_argument("--noise-tenants", type=int, default=2)
@@ -408,7 +415,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--cpu-latency-us",
-        type=int,
+        type=_microseconds,
         default=None,
         metavar="US",
         help="hold the CPUs' wake-up latency at US µs while measuring (as MEMSTREAM_CPU_LATENCY_US;"
