@@ -139,14 +139,17 @@ _DETECTORS: tuple[tuple[frozenset[str], Detector, Trigger | None], ...] = (
     ),
     (frozenset({"JWT"}), _secrets.jwts, r"eyj"),
     (frozenset({"API_KEY"}), _secrets.random_tokens, Solo(r"[a-z0-9][a-z0-9_\-+/=.~%|]{15}")),
+    (frozenset({"API_KEY"}), _secrets.aws_key_ids, _secrets.AWS_TRIGGER),
     (frozenset({"PASSWORD"}), _secrets.url_credentials, r"://"),
     (
         frozenset({"PASSWORD", "API_KEY"}),
-        _assign.assignments,
+        _assign.pairs,
         # every secret name contains one of these; a name inside a placeholder can only
         # yield a value that overlaps the placeholder, so blanking placeholders is safe
         r"pass|pwd|pw|secret|cred|token|key|identified|-string",
     ),
+    (frozenset({"PASSWORD", "API_KEY"}), _assign.comparisons, _assign.COMPARISON_TRIGGER),
+    (frozenset({"PASSWORD"}), _assign.cli_flags, _assign.CLI_TRIGGER),
     (frozenset({"EMAIL"}), _pii.emails, r"@"),
     (frozenset({"CREDIT_CARD"}), _pii.cards, r"\d{4}"),
     (frozenset({"IBAN"}), _pii.ibans, r"[a-z]{2}\d{2}"),
@@ -161,6 +164,8 @@ _DETECTORS: tuple[tuple[frozenset[str], Detector, Trigger | None], ...] = (
         r"|\bsin\b|nino|insurance|codice|steuer",
     ),
     (frozenset({"PERSON"}), _cues.names, None),
+    (frozenset({"PERSON"}), _cues.signoff_names, _cues.SIGNOFF_TRIGGER),
+    (frozenset({"PERSON"}), _cues.answer_names, _cues.ANSWER_TRIGGER),
     (frozenset({"ADDRESS"}), _cues.addresses, r"\d|usns|uss|usnv|uscgc"),
 )
 _PHONE_TRIGGER = r"\d[\d\-. /()]{5}"

@@ -62,8 +62,10 @@ _CLI = compile_re2(
     r"|identified\s+by\s+|with\s+(?:encrypted\s+)?password\s+|-string\s+-force\s+)"
     r"(?:" + _QUOTED + "|" + _UNQUOTED + ")"
 )
-# every _CLI match contains one of these (lower-cased); cheaper to find than to scan for _CLI
+# every _CLI match contains one of these (lower-cased): the trigger of ``cli_flags``
 _CLI_CUES = ("-pass", "-pwd", "-secret", "-token", "-api", "identified", "password", "-string")
+CLI_TRIGGER = "|".join(_CLI_CUES)
+COMPARISON_TRIGGER = r"==|!="
 _KEY_SKIP = compile_re2(
     r"(?i)(?:length|len|size|name|_id|id$|url|uri|file|path|field|type|hint|policy|regex"
     r"|pattern|label|prompt|placeholder|header|expir|count|min|max|ttl|format|valid|strength"
@@ -116,7 +118,8 @@ _STOP_VALUES = frozenset(
 _STOP_PARTS = ("fake", "example", "dummy", "placeholder", "your_", "your-", "xxxx", "****")
 
 
-def assignments(text: str, lower: str) -> Iterator[Candidate]:
+def pairs(text: str, lower: str) -> Iterator[Candidate]:
+    """``name = value`` in any common syntax, and calls (``secret("...")``)."""
     done = placeholders(text)  # a value starting inside one is void: skip it early
     # Scanned with the insides of placeholders blanked: "[API_KEY:0123abcd]" is itself a
     # name, an operator and a value (void, but costly to match). Same offsets as ``text``.
@@ -149,11 +152,6 @@ def assignments(text: str, lower: str) -> Iterator[Candidate]:
                 if not _strong(text[s:e]):
                     continue
             yield from _value(text, s, e, label, quoted=False)
-    comparisons = finditer(_REVERSED, scan) if "==" in text or "!=" in text else []
-    for m in comparisons:
-        name = m.group(2) or ""
-        if m.end(1) - m.start(1) <= _MAX_VALUE and _name_ok(name):
-            yield from _value(text, m.start(1), m.end(1), _label(name), quoted=True)
     for m in finditer(_CALL, scan) if _maybe_call(scan) else ():
         groups = [g for g in range(1, _CALL.groups + 1) if m.group(g) is not None]
         name, value = groups[0], groups[-1]
@@ -162,8 +160,31 @@ def assignments(text: str, lower: str) -> Iterator[Candidate]:
             continue
         if not _KEY_SKIP.search(_strip_keyword(key)):
             yield from _value(text, m.start(value), m.end(value), _label(key), True)
-    cli = any(cue in lower for cue in _CLI_CUES) if lower else True
-    for m in finditer(_CLI, scan) if cli else ():
+
+
+def assignments(text: str, lower: str) -> Iterator[Candidate]:
+    """Every form: pairs and calls, comparisons, CLI flags and SQL. The redactor runs the
+    three parts as separate detectors, each only when its trigger occurs."""
+    yield from pairs(text, lower)
+    if "==" in text or "!=" in text:
+        yield from comparisons(text, lower)
+    if not lower or any(cue in lower for cue in _CLI_CUES):
+        yield from cli_flags(text, lower)
+
+
+def comparisons(text: str, lower: str) -> Iterator[Candidate]:
+    """``"value" == password`` (trigger: ``==`` or ``!=``)."""
+    scan = blank_placeholders(text, placeholders(text))
+    for m in finditer(_REVERSED, scan):
+        name = m.group(2) or ""
+        if m.end(1) - m.start(1) <= _MAX_VALUE and _name_ok(name):
+            yield from _value(text, m.start(1), m.end(1), _label(name), quoted=True)
+
+
+def cli_flags(text: str, lower: str) -> Iterator[Candidate]:
+    """``--password=...``, ``IDENTIFIED BY '...'`` (trigger: one of ``_CLI_CUES``)."""
+    scan = blank_placeholders(text, placeholders(text))
+    for m in finditer(_CLI, scan):
         groups = [g for g in range(1, _CLI.groups + 1) if m.group(g) is not None]
         if groups:
             s, e = m.span(groups[-1])

@@ -304,11 +304,18 @@ def _set_last_encoded(value: _Encoded) -> None:
     _last_encoded = (value, _last_encoded[0])
 
 
+_last_blanked: tuple[str, list[tuple[int, int]], str] = ("", [], "")
+
+
 def blank_placeholders(text: str, spans: list[tuple[int, int]]) -> str:
     """``text`` with the inside of each placeholder (``spans``) blanked: same length and
     offsets, but nothing in ``[API_KEY:0123abcd]`` left to match (a name, ``:``, a value)."""
     if not spans:
         return text
+    global _last_blanked
+    cached = _last_blanked
+    if cached[0] is text and cached[1] is spans:
+        return cached[2]  # the detectors of one pass share it
     parts: list[str] = []
     pos = 0
     for s, e in spans:
@@ -321,6 +328,7 @@ def blank_placeholders(text: str, spans: list[tuple[int, int]]) -> str:
         # placeholders are ASCII: the non-ASCII table of the text holds for the copy
         _, _, ends, extra = _encoded(text)
         _set_last_encoded((blanked, blanked.encode("utf-8"), ends, extra))
+    _last_blanked = (text, spans, blanked)
     return blanked
 
 

@@ -16,6 +16,7 @@ from memstream.pipeline.redact._core import (
     P_PERSON,
     Candidate,
     Match,
+    Pattern,
     compile_re2,
     finditer,
 )
@@ -46,16 +47,13 @@ _LINE_CUES = compile_re2(
     r"|card ?holder |user)?name|user|customer|patient|contact|from|to|attn|signed|author)"
     r"[ \t]*:[ \t]*" + _NAME + r"[ \t.,;!?]*$)"
 )
-_SIGNOFF = compile_re2(
+_SIGNOFF_CUE = (
     r"(?i:regards|best|cheers|thanks|thank you|sincerely|yours(?: truly)?|best wishes|love"
-    r"|respectfully|warmly|take care)[ \t]*[,.!]?[ \t]*\n[ \t>]*" + _NAME + r"[ \t]*(?:\n|$)"
+    r"|respectfully|warmly|take care)[ \t]*[,.!]?[ \t]*\n"
 )
-# a part of every sign-off of _SIGNOFF ("yours", "best wishes" and "thank you" included)
-_SIGNOFF_WORDS = ("regards", "best", "cheers", "thank", "sincerely", "yours", "love",
-                  "respectfully", "warmly", "take care")  # fmt: skip
-_ANSWER = compile_re2(
-    r"(?i:what(?:'s| is) your name|name on the account)\??[ \t]*(?:\w+:)?[ \t]*" + _NAME
-)
+_SIGNOFF = compile_re2(_SIGNOFF_CUE + r"[ \t>]*" + _NAME + r"[ \t]*(?:\n|$)")
+_QUESTION = r"(?i:what(?:'s| is) your name|name on the account)"
+_ANSWER = compile_re2(_QUESTION + r"\??[ \t]*(?:\w+:)?[ \t]*" + _NAME)
 _NOT_NAMES = frozenset(
     [
         "I",
@@ -123,18 +121,39 @@ _NOT_NAMES = frozenset(
 
 
 def names(text: str, lower: str) -> Iterator[Candidate]:
-    regexes = [_CUES, _LINE_CUES]
-    if "\n" in text and any(word in lower for word in _SIGNOFF_WORDS):
-        regexes.append(_SIGNOFF)  # a sign-off word, then a line break
-    if "your name" in lower or "name on the account" in lower:
-        regexes.append(_ANSWER)  # one of its two questions
-    for regex in regexes:
-        for m in finditer(regex, text):
-            for g in range(1, regex.groups + 1):
-                if m.group(g):
-                    if regex is _ANSWER and text.startswith(":", m.end(g)):
-                        break  # "User: ..." after the question: a speaker label, not the answer
+    """Names after a cue, a greeting or a form label (``_CUES``, ``_LINE_CUES``); the rarer
+    forms have detectors of their own, run only when their trigger occurs (``signoff_names``,
+    ``answer_names``)."""
+    yield from _names(text, _CUES)
+    yield from _names(text, _LINE_CUES)
+
+
+def signoff_names(text: str, lower: str) -> Iterator[Candidate]:
+    """The name on the line after a sign-off ("Regards,\nAnn")."""
+    return _names(text, _SIGNOFF)
+
+
+def answer_names(text: str, lower: str) -> Iterator[Candidate]:
+    """The answer to "what's your name?" (a speaker label after the question is not)."""
+    for m in finditer(_ANSWER, text):
+        for g in range(1, _ANSWER.groups + 1):
+            if m.group(g):
+                if not text.startswith(":", m.end(g)):
                     yield from _name(text, m.start(g), m.end(g))
+                break
+
+
+# Triggers of the two rarer forms: the part of their pattern before the name (a necessary
+# condition; the patterns are case-insensitive there, so it holds on the lower-cased text).
+SIGNOFF_TRIGGER = _SIGNOFF_CUE
+ANSWER_TRIGGER = _QUESTION
+
+
+def _names(text: str, regex: Pattern) -> Iterator[Candidate]:
+    for m in finditer(regex, text):
+        for g in range(1, regex.groups + 1):
+            if m.group(g):
+                yield from _name(text, m.start(g), m.end(g))
 
 
 def _name(text: str, s: int, e: int) -> Iterator[Candidate]:

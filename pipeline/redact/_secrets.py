@@ -132,8 +132,14 @@ _DATA_URI = compile_re2(r"data:[\w/+.\-]{1,40};base64,[A-Za-z0-9+/=\s]*")
 _SEGMENT = compile_re2(r"[^/=&?]+")
 _DIGEST = compile_re2(r"(?i)(?:sha\d*|md5|digest|commit|hash)[:= ]$")
 _AWS = compile_re2(r"\b(?:AKIA|ASIA|ABIA|ACCA|A3T[A-Z0-9])[A-Z0-9]{16}\b")
-_AWS_PREFIXES = ("AKIA", "ASIA", "ABIA", "ACCA", "A3T")
+AWS_TRIGGER = r"akia|asia|abia|acca|a3t"  # on the lower-cased text: one of the prefixes
 P_RANDOM = P_CREDENTIAL - 5
+
+
+def aws_key_ids(text: str, lower: str) -> Iterator[Candidate]:
+    """AWS access key ids (``AKIA`` + 16): provider tokens, not scored for randomness."""
+    for m in finditer(_AWS, text):
+        yield Candidate(m.start(), m.end(), "API_KEY", P_TOKEN)
 
 
 def random_tokens(text: str, lower: str) -> Iterator[Candidate]:
@@ -144,9 +150,6 @@ def random_tokens(text: str, lower: str) -> Iterator[Candidate]:
     entropy, and little of the token made of word-like letter runs. Base64 that decodes to
     plain text, and data URIs, are content rather than keys.
     """
-    if any(prefix in text for prefix in _AWS_PREFIXES):  # a scan costs more than 5 finds
-        for m in finditer(_AWS, text):
-            yield Candidate(m.start(), m.end(), "API_KEY", P_TOKEN)
     data_uris = [m.span() for m in finditer(_DATA_URI, text)] if "base64," in lower else []
     # Lines of a PEM private key block are tokens too, and a third of all tokens in dense
     # text: the block is a secret whole, so they are not scored (fail closed if the block

@@ -18,6 +18,7 @@ from memstream.pipeline.redact import (
     _core,
     _cues,
     _pii,
+    _secrets,
 )
 from memstream.pipeline.redact._core import Solo
 
@@ -192,3 +193,69 @@ def test_other_pair_shortcut(value: str) -> None:
 def test_tail_part_first_character_rule(part: str) -> None:
     if _cues._TAIL_PART.search(part) is not None:
         assert _cues._maybe_tail(part)
+
+
+# Detectors split out so that the trigger set decides whether they run: each trigger must
+# be a necessary condition of its detector's candidates (checked on the lower-cased text with
+# its placeholders blanked, as the redactor runs it).
+_SPLIT = [
+    (_cues.signoff_names, _cues.SIGNOFF_TRIGGER),
+    (_cues.answer_names, _cues.ANSWER_TRIGGER),
+    (_assign.comparisons, _assign.COMPARISON_TRIGGER),
+    (_assign.cli_flags, _assign.CLI_TRIGGER),
+    (_secrets.aws_key_ids, _secrets.AWS_TRIGGER),
+]
+_SPLIT_TEXT = _words(
+    ["Regards", "best wishes", "Yours truly", "Thank you", "TAKE CARE", ",", "!", " ", "\t",
+     "\n", ">", "Marta", "Kowalska", "What's your name?", "name on the account", "User:",
+     '"Xk9mQ2v7z"', " == ", "!=", "password", "db_pass", "--PASSWORD=", "-pwd ", "IDENTIFIED BY ",
+     "'s3cr3tV4l'", "-String -Force ", "AKIA", "ASIA", "A3TX", "ABCDEFGHIJ234567", "K", "\u017f",
+     "[EMAIL:0123abcd]"],
+    max_size=14,
+)  # fmt: skip
+
+
+@settings(max_examples=600, deadline=None)
+@given(_SPLIT_TEXT)
+def test_split_detector_triggers_are_necessary(text: str) -> None:
+    masked = _blanked_lower(text)
+    for detector, trigger in _SPLIT:
+        if list(detector(text, text.lower())):
+            assert _core.compile_set([trigger]).Match(masked) == [0], (detector, text)
+
+
+@pytest.mark.parametrize(
+    ("detector", "text"),
+    [
+        (_cues.signoff_names, "Kind regards,\nMarta Kowalska"),
+        (_cues.signoff_names, "Yours truly,\nMarta Kowalska"),
+        (_cues.signoff_names, "Best wishes!\n> Marta Kowalska"),
+        (_cues.answer_names, "What's your name? User: Marta Kowalska"),
+        (_cues.answer_names, "what is the name on the account? Marta Kowalska"),
+        (_assign.comparisons, 'if ("Xk9mQ2v7z" == db_pass) {'),
+        (_assign.cli_flags, "CREATE USER u IDENTIFIED BY 'Xk9mQ2v7z';"),
+        (_assign.cli_flags, "tool --api-key Xk9mQ2v7z"),
+        (_secrets.aws_key_ids, "id AKIAIOSFODNN7EXAMPLE here"),
+    ],
+)
+def test_split_detectors_find_and_pass_their_trigger(detector: object, text: str) -> None:
+    trigger = dict(_SPLIT)[detector]  # type: ignore[index]
+    assert list(detector(text, text.lower()))  # type: ignore[operator]
+    assert _core.compile_set([trigger]).Match(_blanked_lower(text)) == [0]
+
+
+@settings(max_examples=300, deadline=None)
+@given(_SPLIT_TEXT)
+def test_assignments_is_the_union_of_its_parts(text: str) -> None:
+    lower = text.lower()
+    whole = sorted(_assign.assignments(text, lower))
+    parts = [*_assign.pairs(text, lower), *_assign.comparisons(text, lower)]
+    parts += _assign.cli_flags(text, lower)
+    assert whole == sorted(parts)
+
+
+def _blanked_lower(text: str) -> str:
+    lower = text.lower()
+    for s, e in _core.placeholders(text):
+        lower = lower[:s] + " " * (e - s) + lower[e:]
+    return lower
