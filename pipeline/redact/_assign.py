@@ -343,4 +343,28 @@ def _value(text: str, s: int, e: int, label: str, quoted: bool) -> Iterator[Cand
         return  # an identifier (variable) rather than a literal
     if quoted and value.replace("_", "").isalpha() and "_" in value and value.islower():
         return
+    if label == "API_KEY" and _sequential(value):
+        return  # "ABCDE-FGHIJ", "key12345678": an example, not a generated key
     yield Candidate(s, e, label, P_CREDENTIAL)
+
+
+def _sequential(value: str) -> bool:
+    """True when ``value`` holds a run of consecutive characters (``KLMNO``, ``54321``) longer
+    than a generated key gives by chance: at least 5, and at least the bit length of the
+    value's length (6 from 32 characters, 7 from 64). The odds of a run of 5 in a random
+    alphanumeric key of 30 characters are ~1e-6 (CredSweeper's ValuePatternCheck, after
+    Meli et al., "How Bad Can It Git?", NDSS 2019, applies the same rule to keyword pairs).
+    Keys only: people choose passwords like ``Summer12345``, and those are secrets."""
+    need = max(5, len(value).bit_length())
+    if len(value) < need:
+        return False
+    up = down = 1
+    prev = ord(value[0])
+    for ch in value[1:]:
+        cur = ord(ch)
+        up = up + 1 if cur - prev == 1 else 1
+        down = down + 1 if prev - cur == 1 else 1
+        if up >= need or down >= need:
+            return True
+        prev = cur
+    return False

@@ -158,9 +158,15 @@ class GitleaksRules:
                 return
             if any(w in low for w in allow.stopwords):
                 return
-        if _prose(secret):
+        if _prose(secret) or _malformed(secret):
             return
         yield Candidate(start, end, "API_KEY", P_TOKEN)
+
+
+def _malformed(secret: str) -> bool:
+    from memstream.pipeline.redact._secrets import malformed_token
+
+    return bool(malformed_token(secret))
 
 
 def _prose(secret: str) -> bool:

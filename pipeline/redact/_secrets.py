@@ -182,8 +182,33 @@ def random_tokens(text: str, lower: str) -> Iterator[Candidate]:
 
 def _random_token(text: str, s: int, e: int, value: str) -> bool:
     """A whole token (not a URL or path) that looks random and is neither encoded prose nor
-    a JSON member name."""
-    return _looks_random(value) and not _encoded_text(value) and not _json_key(text, s, e)
+    a JSON member name, nor a malformed token of a provider whose format can be checked."""
+    return (
+        _looks_random(value)
+        and not _encoded_text(value)
+        and not _json_key(text, s, e)
+        and not malformed_token(value)
+    )
+
+
+_BASE58 = "123456789ABCDEFGHJKLMNPQRSTUVWXYZabcdefghijkmnopqrstuvwxyz"
+_BASE58_VALUE = {ch: i for i, ch in enumerate(_BASE58)}
+
+
+def malformed_token(value: str) -> bool:
+    """True for a value in a provider's token shape that its format rules out: a JFrog API key
+    (``AKCp`` + 69) is base58 of 54 bytes, so one with a ``0``, ``O``, ``I`` or ``l`` in it,
+    or of another decoded length, cannot be one (CredSweeper checks the same). Such a value
+    is a made-up example: it opens nothing."""
+    if len(value) == 73 and value.startswith("AKCp"):
+        n = 0
+        for ch in value:
+            digit = _BASE58_VALUE.get(ch)
+            if digit is None:
+                return True
+            n = n * 58 + digit
+        return (n.bit_length() + 7) // 8 != 54
+    return False
 
 
 def _json_key(text: str, s: int, e: int) -> bool:

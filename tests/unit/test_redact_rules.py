@@ -42,6 +42,67 @@ def test_json_member_names_are_not_tokens(redactor: Redactor) -> None:
     assert redactor.redact(f'{{"x": "{token}"}}', tenant="t").counts == {"API_KEY": 1}
 
 
+@pytest.mark.parametrize(
+    ("text", "secret", "redacted"),
+    [
+        # a key with a 5-character sequence (5 = bits of its length, 29) is an example
+        ("Activation key : ZAQWS-XCDER-VBGTR-FRTGU-KLMNO", "KLMNO", False),
+        ("Activation key : ZAQWS-XCDER-VBGTR-FRTGU-KLMNX", "KLMNX", True),  # 4 only
+        ("token: ABCDE-FGHIJ-KLMNO-PQRST", "ABCDE", False),
+        # a value that also looks random is still a token (the random-token detector)
+        ('api_key = "Qm7x-ABCDE-R8j3-T2v6w"', "Qm7x", True),
+        # passwords are chosen by people: a sequence does not make them examples
+        ("password = Summer12345!", "Summer12345", True),
+        ('db_pass: "abcdefgh"', "abcdefgh", True),
+    ],
+)
+def test_sequences_mark_example_keys_not_passwords(
+    redactor: Redactor, text: str, secret: str, redacted: bool
+) -> None:
+    assert (secret not in redactor.redact(text, tenant="t").text) is redacted
+
+
+def test_random_keys_are_not_sequential() -> None:
+    """The rule costs generated keys nothing: none of 20,000 random alphanumeric keys of
+    16-80 characters holds a run long enough (the odds are ~1e-6 per key)."""
+    import random
+
+    from memstream.pipeline.redact._assign import _sequential
+
+    rng = random.Random(7)
+    alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789"
+    keys = ["".join(rng.choices(alphabet, k=rng.randrange(16, 81))) for _ in range(20_000)]
+    assert not [k for k in keys if _sequential(k)]
+    assert _sequential("x" * 20 + "ABCDE") and not _sequential("x" * 40 + "ABCDE")
+    assert _sequential("x" * 40 + "ABCDEF") and _sequential("x" * 40 + "FEDCBA")
+    assert _sequential("k9Xm2-54321") and not _sequential("k9Xm2-5432")
+
+
+def _jfrog_key(seed: int) -> str:
+    import random
+
+    from memstream.pipeline.redact._secrets import _BASE58
+
+    rng = random.Random(seed)
+    return "AKCp" + "".join(rng.choices(_BASE58, k=69))
+
+
+def test_jfrog_keys_are_checked_for_their_base58_form(redactor: Redactor) -> None:
+    """A JFrog API key is base58 of 54 bytes: one with a character base58 lacks is made up."""
+    from memstream.pipeline.redact._secrets import malformed_token
+
+    for seed in range(50):
+        key = _jfrog_key(seed)
+        assert not malformed_token(key)
+        assert redactor.redact(f"artifactory: {key}", tenant="t").counts == {"API_KEY": 1}
+        assert redactor.redact(key, tenant="t").counts == {"API_KEY": 1}
+        for bad in "0OIl":
+            broken = key[:-1] + bad
+            assert malformed_token(broken)
+            assert redactor.redact(broken, tenant="t").counts == {}, broken
+    assert not malformed_token("AKCp" + "0" * 68)  # not the JFrog shape: left to the rest
+
+
 def test_speaker_label_after_name_question(redactor: Redactor) -> None:
     """'What's the name on the account? User: Ann Lee': the answer is the name, not 'User'."""
     text = "Bot: What's the name on the account? User: Ann Lee\n"
