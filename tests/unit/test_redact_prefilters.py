@@ -21,6 +21,7 @@ from memstream.pipeline.redact import (
     _secrets,
 )
 from memstream.pipeline.redact._core import Solo
+from memstream.pipeline.redact._gitleaks import GitleaksRules
 
 
 def _words(words: list[str], min_size: int = 0, max_size: int = 12) -> st.SearchStrategy[str]:
@@ -259,3 +260,46 @@ def _blanked_lower(text: str) -> str:
     for s, e in _core.placeholders(text):
         lower = lower[:s] + " " * (e - s) + lower[e:]
     return lower
+
+
+_GITLEAKS = GitleaksRules.load()
+_VAULT_TWILIO = _words(
+    ["s.", "S.", "hvs.", "SK", "sk", "Sk", "\u017f", "\u212a", "a", "Z", "0", "9", "f", "F",
+     "g", " ", "\n", "'", "deadbeef", "0123456789abcdef", "ABCDEF01", "x9Y8z7W6v5U4t3S2r1Q0p9O8"],
+    max_size=12,
+)  # fmt: skip
+
+
+@settings(max_examples=600, deadline=None)
+@given(_VAULT_TWILIO)
+def test_narrowed_gitleaks_keywords_are_necessary(text: str) -> None:
+    """Where a narrowed rule's regex matches, its keyword pattern matches the lower-cased text
+    (so the rule runs)."""
+    from memstream.pipeline.redact._gitleaks import _NARROWED_KEYWORDS
+
+    rules = {r.id: r for r in _GITLEAKS.rules}
+    for (rid, _), pattern in _NARROWED_KEYWORDS.items():
+        if rules[rid].regex.search(text) is not None:
+            assert re2.search(pattern, text.lower()), (rid, text)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "VAULT_TOKEN=s.x9Y8z7W6v5U4t3S2r1Q0p9O8",
+        "token hvs." + "".join(random.Random(3).choices("abcdefXYZ0123456789_-", k=95)) + " end",
+        "twilio SK0123456789abcdef0123456789abcdef",
+    ],
+)
+def test_narrowed_gitleaks_rules_still_find_their_tokens(text: str) -> None:
+    found = [text[c.start : c.end] for c in _GITLEAKS(text, text.lower())]
+    assert found and all(len(f) >= 24 for f in found), found
+
+
+@pytest.mark.parametrize("text", ["s.\u017f" + "x9Y8z7W6v5U4t3S2r1Q0p9O", "s.\u212a" + "x" * 23])
+def test_narrowed_vault_keyword_follows_the_rules_case_folding(text: str) -> None:
+    from memstream.pipeline.redact._gitleaks import _NARROWED_KEYWORDS
+
+    rule = {r.id: r for r in _GITLEAKS.rules}["vault-service-token"]
+    assert rule.regex.search(text) is not None
+    assert re2.search(_NARROWED_KEYWORDS[("vault-service-token", "s.")], text.lower())
