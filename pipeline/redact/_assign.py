@@ -162,16 +162,6 @@ def pairs(text: str, lower: str) -> Iterator[Candidate]:
             yield from _value(text, m.start(value), m.end(value), _label(key), True)
 
 
-def assignments(text: str, lower: str) -> Iterator[Candidate]:
-    """Every form: pairs and calls, comparisons, CLI flags and SQL. The redactor runs the
-    three parts as separate detectors, each only when its trigger occurs."""
-    yield from pairs(text, lower)
-    if "==" in text or "!=" in text:
-        yield from comparisons(text, lower)
-    if not lower or any(cue in lower for cue in _CLI_CUES):
-        yield from cli_flags(text, lower)
-
-
 def comparisons(text: str, lower: str) -> Iterator[Candidate]:
     """``"value" == password`` (trigger: ``==`` or ``!=``)."""
     scan = blank_placeholders(text, placeholders(text))

@@ -245,16 +245,6 @@ def test_split_detectors_find_and_pass_their_trigger(detector: object, text: str
     assert _core.compile_set([trigger]).Match(_blanked_lower(text)) == [0]
 
 
-@settings(max_examples=300, deadline=None)
-@given(_SPLIT_TEXT)
-def test_assignments_is_the_union_of_its_parts(text: str) -> None:
-    lower = text.lower()
-    whole = sorted(_assign.assignments(text, lower))
-    parts = [*_assign.pairs(text, lower), *_assign.comparisons(text, lower)]
-    parts += _assign.cli_flags(text, lower)
-    assert whole == sorted(parts)
-
-
 def _blanked_lower(text: str) -> str:
     lower = text.lower()
     for s, e in _core.placeholders(text):

@@ -172,9 +172,11 @@ def test_megabyte_line_dense_with_values_is_bounded(redactor: Redactor, chunk: s
 
 
 def _assigned(text: str) -> list[str]:
-    from memstream.pipeline.redact._assign import assignments
+    from memstream.pipeline.redact._assign import cli_flags, comparisons, pairs
 
-    return [text[c.start : c.end] for c in assignments(text, text.lower())]
+    lower = text.lower()
+    found = [*pairs(text, lower), *comparisons(text, lower), *cli_flags(text, lower)]
+    return [text[c.start : c.end] for c in found]
 
 
 @pytest.mark.parametrize(
