@@ -26,7 +26,7 @@ from memstream.consumers.commands import CommandService
 from memstream.consumers.logs import log
 from memstream.consumers.recall import RecallService, error_reply
 from memstream.consumers.stages import STAGE_WORK, Deps, StageRunner
-from memstream.pipeline.redact import Redactor
+from memstream.pipeline.redact import Redacts
 from memstream.schemas.commands import VERBS
 from memstream.schemas.errors import ErrorCode, MemstreamError
 from memstream.schemas.memory import MemoryEvent
@@ -51,7 +51,7 @@ class Worker:
     pg: PgStore
     vectors: VectorIndex
     embedder: Embedder
-    redactor: Redactor
+    redactor: Redacts
     broker: NatsBroker = field(init=False)
     deps: Deps = field(init=False)
     recall: RecallService = field(init=False)

@@ -12,12 +12,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
 from memstream.consumers.app import Worker
 from memstream.consumers.cpulatency import CpuLatencyHold, hold_cpu_latency
 from memstream.consumers.embedded import EmbeddedNats, EmbeddedPostgres
 from memstream.consumers.logs import configure, log
 from memstream.consumers.memlock import lock_memory
-from memstream.pipeline.redact import Redactor
+from memstream.pipeline.redact import RedactionPolicy, Redactor, Redacts, TenantRedactors
 from memstream.producers.client import STACK_FILE
 from memstream.schemas.errors import ConfigurationError, StorageUnavailable
 from memstream.schemas.settings import Settings
@@ -91,10 +93,39 @@ class Stack:
             await asyncio.to_thread(e.stop)
 
 
-def make_worker(stack: Stack, embedder: Embedder | None = None) -> Worker:
+def make_redactor(s: Settings) -> TenantRedactors:
+    """The redaction key and the tenants' policies (MEMSTREAM_REDACTION_POLICIES); an invalid
+    policy stops the start with the tenant and the field, never the values."""
+    policies: dict[str, RedactionPolicy] = {}
+    for tenant, fields in s.redaction_policies.items():
+        try:
+            policies[tenant] = RedactionPolicy.model_validate(fields)
+        except ValidationError as exc:
+            where = "; ".join(
+                f"{'.'.join(map(str, e['loc'])) or '<root>'}: {e['msg']}" for e in exc.errors()[:5]
+            )
+            raise ConfigurationError(
+                f"MEMSTREAM_REDACTION_POLICIES: tenant {tenant!r}: {where}"
+            ) from None
+    key = s.redaction_key.get_secret_value().encode()
+    by_tenant: dict[str, Redactor] = {}
+    for tenant, policy in policies.items():
+        try:
+            by_tenant[tenant] = Redactor(key, policy)
+        except Exception as exc:  # noqa: BLE001 - re2.error or ValueError: named, never echoed
+            raise ConfigurationError(
+                f"MEMSTREAM_REDACTION_POLICIES: tenant {tenant!r}: a deny pattern does not "
+                f"compile ({type(exc).__name__})"
+            ) from None
+    return TenantRedactors(Redactor(key), by_tenant)
+
+
+def make_worker(
+    stack: Stack, embedder: Embedder | None = None, redactor: Redacts | None = None
+) -> Worker:
     s = stack.settings
     embedder = embedder or make_embedder(s.embedding_model, s.embedding_path)
-    redactor = Redactor(key=s.redaction_key.get_secret_value().encode())
+    redactor = redactor or make_redactor(s)
     return Worker(s, stack.nats_url, stack.pg, stack.vectors, embedder, redactor)
 
 
@@ -137,8 +168,9 @@ async def serve(settings: Settings, announce: bool) -> int:
     settings.state_dir.mkdir(parents=True, exist_ok=True)
     try:
         embedder = make_embedder(settings.embedding_model, settings.embedding_path)
+        redactor = make_redactor(settings)  # before any server starts: a bad policy stops here
         stack = await Stack.open(settings, dim=embedder.dim)
-        worker = make_worker(stack, embedder)
+        worker = make_worker(stack, embedder, redactor)
         await ensure_index(worker)
         await worker.start()
         locked(settings.lock_memory)

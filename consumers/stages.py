@@ -27,7 +27,7 @@ from memstream.consumers.logs import log
 from memstream.pipeline import dedupe, lifecycle
 from memstream.pipeline.extract import extract
 from memstream.pipeline.lexical import dated
-from memstream.pipeline.redact import Redactor
+from memstream.pipeline.redact import Redacts
 from memstream.schemas.errors import InvalidMessage, PermanentError, TransientError
 from memstream.schemas.events import TurnEvent
 from memstream.schemas.memory import Candidate, MemoryEvent, Owner
@@ -77,7 +77,7 @@ class Deps:
     pg: PgStore
     vectors: VectorIndex
     embedder: Embedder
-    redactor: Redactor
+    redactor: Redacts
     metrics: dict[str, StageMetrics] = field(default_factory=dict)
     clock: Callable[[], datetime] = field(default=lambda: datetime.now(UTC))
     cache: RecallCache | None = None
