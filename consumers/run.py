@@ -21,7 +21,7 @@ from memstream.consumers.logs import configure, log
 from memstream.consumers.memlock import lock_memory
 from memstream.pipeline.redact import RedactionPolicy, Redactor, Redacts, TenantRedactors
 from memstream.producers.client import STACK_FILE
-from memstream.schemas.errors import ConfigurationError, StorageUnavailable
+from memstream.schemas.errors import ConfigurationError, StorageUnavailable, describe
 from memstream.schemas.settings import Settings
 from memstream.storage.embedding import make_embedder
 from memstream.storage.ports import Embedder, VectorIndex
@@ -101,9 +101,7 @@ def make_redactor(s: Settings) -> TenantRedactors:
         try:
             policies[tenant] = RedactionPolicy.model_validate(fields)
         except ValidationError as exc:
-            where = "; ".join(
-                f"{'.'.join(map(str, e['loc'])) or '<root>'}: {e['msg']}" for e in exc.errors()[:5]
-            )
+            where = describe(exc)
             raise ConfigurationError(
                 f"MEMSTREAM_REDACTION_POLICIES: tenant {tenant!r}: {where}"
             ) from None

@@ -28,7 +28,7 @@ from memstream.pipeline import dedupe, lifecycle
 from memstream.pipeline.extract import extract
 from memstream.pipeline.lexical import dated
 from memstream.pipeline.redact import Redacts
-from memstream.schemas.errors import InvalidMessage, PermanentError, TransientError
+from memstream.schemas.errors import InvalidMessage, PermanentError, TransientError, describe
 from memstream.schemas.events import TurnEvent
 from memstream.schemas.memory import Candidate, MemoryEvent, Owner
 from memstream.schemas.settings import Settings
@@ -49,10 +49,7 @@ def decode(model: type[M], body: bytes) -> M:
     try:
         return model.model_validate_json(body)
     except ValidationError as exc:
-        problems = "; ".join(
-            f"{'.'.join(map(str, e['loc'])) or '<root>'}: {e['msg']}" for e in exc.errors()[:5]
-        )
-        raise InvalidMessage(f"invalid {model.__name__}: {problems}") from exc
+        raise InvalidMessage(f"invalid {model.__name__}: {describe(exc)}") from exc
 
 
 @dataclass

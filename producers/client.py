@@ -39,7 +39,7 @@ from nats.errors import TimeoutError as NatsTimeout
 from pydantic import ValidationError
 
 from memstream.schemas.commands import VERBS, CommandReply
-from memstream.schemas.errors import ErrorCode, ErrorReply
+from memstream.schemas.errors import ErrorCode, ErrorReply, describe
 from memstream.schemas.events import Message, MetaValue, Role, TurnEvent
 from memstream.schemas.memory import MemoryRecord
 from memstream.schemas.recall import Method, RecallReply, RecallRequest
@@ -400,9 +400,7 @@ def _recall_of(reply: CommandReply) -> RecallReply:
 
 def _field_errors(exc: Exception) -> str:
     if isinstance(exc, ValidationError):
-        return "; ".join(
-            f"{'.'.join(map(str, e['loc'])) or '<root>'}: {e['msg']}" for e in exc.errors()[:5]
-        )
+        return describe(exc)
     return "invalid argument"
 
 
