@@ -6,7 +6,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import json
 import signal
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,9 +19,9 @@ from memstream.consumers.embedded import EmbeddedNats, EmbeddedPostgres
 from memstream.consumers.logs import configure, log
 from memstream.consumers.memlock import lock_memory
 from memstream.pipeline.redact import RedactionPolicy, Redactor, Redacts, TenantRedactors
-from memstream.producers.client import STACK_FILE
 from memstream.schemas.errors import ConfigurationError, StorageUnavailable, describe
 from memstream.schemas.settings import Settings
+from memstream.schemas.stack import remove_stack, write_stack
 from memstream.storage.embedding import make_embedder
 from memstream.storage.ports import Embedder, VectorIndex
 from memstream.storage.postgres import PgStore
@@ -194,11 +193,10 @@ async def serve(settings: Settings, announce: bool) -> int:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    stack_file = settings.state_dir / STACK_FILE
     found = {"nats_url": stack.nats_url, "namespace": settings.namespace}
     if not settings.database_url:  # the embedded database: loopback, no password
         found["database_url"] = stack.database_url
-    stack_file.write_text(json.dumps(found))
+    write_stack(settings.state_dir, found)
     if announce:
         where = "embedded" if stack.embedded else "configured"
         qdrant = settings.qdrant_url or f"Qdrant Edge at {settings.state_dir / 'qdrant'}"
@@ -222,7 +220,7 @@ async def serve(settings: Settings, announce: bool) -> int:
     if latency_hold is not None:
         latency_hold.close()
     with contextlib.suppress(OSError):
-        stack_file.unlink()
+        remove_stack(settings.state_dir)
     print("stopped.", flush=True)
     return 0
 

@@ -29,7 +29,6 @@ from collections.abc import Coroutine, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
 from datetime import datetime
-from pathlib import Path
 from typing import Any, TypeVar
 
 import nats
@@ -43,6 +42,7 @@ from memstream.schemas.errors import ErrorCode, ErrorReply, describe
 from memstream.schemas.events import Message, MetaValue, Role, TurnEvent
 from memstream.schemas.memory import MemoryRecord
 from memstream.schemas.recall import Method, RecallReply, RecallRequest
+from memstream.schemas.stack import read_stack
 from memstream.schemas.subjects import MSG_ID_HEADER, Subjects
 
 __all__ = [
@@ -58,7 +58,6 @@ __all__ = [
 ]
 
 T = TypeVar("T")
-STACK_FILE = "stack.json"
 
 
 class MemoryClientError(Exception):
@@ -100,11 +99,8 @@ def discover_nats_url(state_dir: str | os.PathLike[str] | None = None) -> str:
     its state directory, else the NATS default."""
     if url := os.environ.get("MEMSTREAM_NATS_URL"):
         return url
-    folder = Path(state_dir or os.environ.get("MEMSTREAM_STATE_DIR", ".memstream"))
-    try:
-        return str(json.loads((folder / STACK_FILE).read_text())["nats_url"])
-    except (OSError, ValueError, KeyError):
-        return "nats://127.0.0.1:4222"
+    folder = state_dir or os.environ.get("MEMSTREAM_STATE_DIR", ".memstream")
+    return read_stack(folder).get("nats_url", "nats://127.0.0.1:4222")
 
 
 class MemoryClient:
