@@ -29,6 +29,7 @@ from collections.abc import Coroutine, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
 from datetime import datetime
+from pathlib import Path
 from typing import Any, TypeVar
 
 import nats
@@ -99,7 +100,7 @@ def discover_nats_url(state_dir: str | os.PathLike[str] | None = None) -> str:
     its state directory, else the NATS default."""
     if url := os.environ.get("MEMSTREAM_NATS_URL"):
         return url
-    folder = state_dir or os.environ.get("MEMSTREAM_STATE_DIR", ".memstream")
+    folder = Path(state_dir or os.environ.get("MEMSTREAM_STATE_DIR", ".memstream"))
     return read_stack(folder).get("nats_url", "nats://127.0.0.1:4222")
 
 
