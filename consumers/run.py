@@ -8,6 +8,7 @@ import asyncio
 import contextlib
 import json
 import signal
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,7 @@ from memstream.consumers.cpulatency import CpuLatencyHold, hold_cpu_latency
 from memstream.consumers.embedded import EmbeddedNats, EmbeddedPostgres
 from memstream.consumers.logs import configure, log
 from memstream.consumers.memlock import lock_memory
+from memstream.consumers.redaction_key import redaction_key
 from memstream.pipeline.redact import Redactor
 from memstream.producers.client import STACK_FILE
 from memstream.schemas.errors import ConfigurationError, StorageUnavailable
@@ -91,10 +93,12 @@ class Stack:
             await asyncio.to_thread(e.stop)
 
 
-def make_worker(stack: Stack, embedder: Embedder | None = None) -> Worker:
+def make_worker(stack: Stack, embedder: Embedder | None = None, key: bytes | None = None) -> Worker:
+    """``key`` keys the redaction placeholders; None: the configured key, else the state
+    directory's development key (benchmarks)."""
     s = stack.settings
     embedder = embedder or make_embedder(s.embedding_model, s.embedding_path)
-    redactor = Redactor(key=s.redaction_key.get_secret_value().encode())
+    redactor = Redactor(key=key or redaction_key(s, dev=True))
     return Worker(s, stack.nats_url, stack.pg, stack.vectors, embedder, redactor)
 
 
@@ -132,13 +136,20 @@ def cpu_latency(us: int | None) -> CpuLatencyHold | None:
     return hold
 
 
-async def serve(settings: Settings, announce: bool) -> int:
+async def serve(settings: Settings, announce: bool, dev_key: bool = False) -> int:
+    """``dev_key``: without MEMSTREAM_REDACTION_KEY, use the state directory's random key
+    (``memstream dev`` always may; ``memstream worker`` only with --dev-redaction-key)."""
+    try:  # before anything starts: a worker without a secret key must not run at all
+        key = redaction_key(settings, dev=announce or dev_key)
+    except ConfigurationError as exc:
+        print(f"memstream: {exc}", file=sys.stderr)
+        return 2
     configure(settings.log_level)
     settings.state_dir.mkdir(parents=True, exist_ok=True)
     try:
         embedder = make_embedder(settings.embedding_model, settings.embedding_path)
         stack = await Stack.open(settings, dim=embedder.dim)
-        worker = make_worker(stack, embedder)
+        worker = make_worker(stack, embedder, key)
         await ensure_index(worker)
         await worker.start()
         locked(settings.lock_memory)
@@ -212,7 +223,15 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     dev.set_defaults(func=lambda a: asyncio.run(serve(_settings(a), announce=True)))
     worker = sub.add_parser("worker", help="run the workers against configured services")
     worker.add_argument("--state-dir", type=Path, default=None)
-    worker.set_defaults(func=lambda a: asyncio.run(serve(_settings(a), announce=False)))
+    worker.add_argument(
+        "--dev-redaction-key",
+        action="store_true",
+        help="development only: without MEMSTREAM_REDACTION_KEY, key redaction placeholders "
+        "with a random key kept in the state directory",
+    )
+    worker.set_defaults(
+        func=lambda a: asyncio.run(serve(_settings(a), False, dev_key=a.dev_redaction_key))
+    )
 
 
 def _settings(a: argparse.Namespace) -> Settings:

@@ -49,8 +49,9 @@ class Settings(BaseSettings):
     cpu_latency_us: int | None = Field(default=None, ge=0)
     embedding_model: str | None = None  # a fastembed model name; default: the packaged static model
     embedding_path: Path | None = None  # a local model directory
-    # Keys the redaction placeholders (same value -> same token within a tenant).
-    redaction_key: SecretStr = SecretStr("memstream-dev-redaction-key")
+    # Keys the redaction placeholders (same value -> same token within a tenant). Required by
+    # `memstream worker`; `memstream dev` keeps a random key in the state directory.
+    redaction_key: SecretStr | None = None
 
     # Lifetimes by scope, in seconds (run and session memories expire; others do not).
     ttl_s: dict[str, float] = Field(default_factory=lambda: {"run": 3600.0, "session": 86400.0})
