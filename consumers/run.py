@@ -21,6 +21,7 @@ from memstream.consumers.memlock import lock_memory
 from memstream.consumers.redaction_key import redaction_key
 from memstream.pipeline.redact import Redactor
 from memstream.producers.client import STACK_FILE
+from memstream.producers.connection import display_url
 from memstream.schemas.errors import ConfigurationError, StorageUnavailable
 from memstream.schemas.settings import Settings
 from memstream.storage.embedding import make_embedder
@@ -176,7 +177,9 @@ async def serve(settings: Settings, announce: bool, dev_key: bool = False) -> in
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     stack_file = settings.state_dir / STACK_FILE
-    found = {"nats_url": stack.nats_url, "namespace": settings.namespace}
+    # what clients on this host need to find the stack; never a credential (they come from
+    # the MEMSTREAM_NATS_* variables, see docs/security.md)
+    found = {"nats_url": display_url(stack.nats_url), "namespace": settings.namespace}
     if not settings.database_url:  # the embedded database: loopback, no password
         found["database_url"] = stack.database_url
     stack_file.write_text(json.dumps(found))
@@ -185,7 +188,7 @@ async def serve(settings: Settings, announce: bool, dev_key: bool = False) -> in
         qdrant = settings.qdrant_url or f"Qdrant Edge at {settings.state_dir / 'qdrant'}"
         print(
             f"memstream is running ({where} stack, state in {settings.state_dir.resolve()})\n"
-            f"  NATS      {stack.nats_url}   (recall: {worker.deps.subjects.recall})\n"
+            f"  NATS      {display_url(stack.nats_url)}   (recall: {worker.deps.subjects.recall})\n"
             f"  Postgres  {_redact_dsn(stack.database_url)}\n"
             f"  Qdrant    {qdrant}\n"
             f"  metrics   {ops_url}\n"

@@ -26,7 +26,14 @@ class Settings(BaseSettings):
         env_prefix="MEMSTREAM_", env_nested_delimiter="__", extra="ignore"
     )
 
-    nats_url: str | None = None
+    nats_url: str | None = None  # no credentials in it: they go in the nats_* fields below
+    # NATS credentials, never logged or written (producers/connection.py): a .creds file or
+    # an NKey seed file (paths), or user + password, or a token.
+    nats_creds: Path | None = None
+    nats_nkey_seed: Path | None = None
+    nats_user: str | None = None
+    nats_password: SecretStr | None = None
+    nats_token: SecretStr | None = None
     namespace: str = "mem"  # subject prefix; streams are named after it (MEM_TURNS ...)
     database_url: SecretStr | None = None
     qdrant_url: str | None = None
