@@ -27,9 +27,10 @@ def api_keys_required(settings: Settings) -> bool:
     authenticates to NATS runs on a bus with per-tenant credentials (docs/security.md), and
     there a tenant must not be able to act as another by writing its name: so credentials
     on the bus turn API keys on, whatever ``MEMSTREAM_REQUIRE_API_KEY`` says."""
-    return settings.require_api_key or nats_auth(settings).configured
+    return bool(settings.require_api_key or nats_auth(settings).configured)
 
 
 def nats_options(settings: Settings) -> dict[str, Any]:
     """Keyword arguments for ``nats.connect`` and ``NatsBroker``: credentials, inbox prefix."""
-    return nats_auth(settings).connect_options()
+    options: dict[str, Any] = nats_auth(settings).connect_options()
+    return options
