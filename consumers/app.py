@@ -24,9 +24,11 @@ from memstream.consumers.auth import Authenticator
 from memstream.consumers.cache import RecallCache
 from memstream.consumers.commands import CommandService
 from memstream.consumers.logs import log
+from memstream.consumers.natsconn import api_keys_required, nats_options
 from memstream.consumers.recall import RecallService, error_reply
 from memstream.consumers.stages import STAGE_WORK, Deps, StageRunner
 from memstream.pipeline.redact import Redacts
+from memstream.producers.connection import display_url
 from memstream.schemas.commands import VERBS
 from memstream.schemas.errors import ErrorCode, MemstreamError, describe
 from memstream.schemas.memory import MemoryEvent
@@ -60,7 +62,9 @@ class Worker:
 
     async def start(self) -> None:
         s = Subjects(self.settings.namespace)
-        self._nc = await nats.connect(self.nats_url, name="memstream-worker-control")
+        self._nc = await nats.connect(
+            self.nats_url, name="memstream-worker-control", **nats_options(self.settings)
+        )
         js = self._nc.jetstream()
         topo = await topology.apply(js, self.settings)
         cache = None
@@ -79,7 +83,7 @@ class Worker:
             cache=cache,
         )
         self.recall = RecallService(self.pg, self.vectors, self.embedder)
-        self.auth = Authenticator(self.pg, self.settings.require_api_key)
+        self.auth = Authenticator(self.pg, api_keys_required(self.settings))
         self.commands = CommandService(self.deps, self.recall, self.auth)
         self.broker = NatsBroker(
             self.nats_url,
@@ -87,6 +91,7 @@ class Worker:
             logger=None,
             name="memstream-worker",
             graceful_timeout=10.0,
+            **nats_options(self.settings),
         )
         for stage in STAGES:
             stream, ccfg = topo.consumers[stage]
@@ -109,7 +114,12 @@ class Worker:
             )
         await self.broker.start()
         self._reconciler = asyncio.create_task(self._reconcile_forever())
-        log.info("worker.started", nats=self.nats_url, namespace=s.prefix, stages=list(STAGES))
+        log.info(
+            "worker.started",
+            nats=display_url(self.nats_url),
+            namespace=s.prefix,
+            stages=list(STAGES),
+        )
 
     @staticmethod
     def _handler(runner: StageRunner) -> Any:

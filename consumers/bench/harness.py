@@ -17,6 +17,7 @@ import nats
 
 from memstream.consumers.app import Worker
 from memstream.consumers.logs import configure as configure_logging
+from memstream.consumers.natsconn import nats_options
 from memstream.consumers.run import Stack, make_worker
 from memstream.consumers.topology import topology
 from memstream.producers.client import MemoryClient
@@ -98,7 +99,7 @@ async def bench_stack(keep: bool = False) -> AsyncIterator[Bench]:
 
 
 async def _cleanup(stack: Stack, settings: Settings) -> None:
-    nc = await nats.connect(stack.nats_url)
+    nc = await nats.connect(stack.nats_url, **nats_options(settings))
     js = nc.jetstream()
     for s in topology(settings).streams:
         with contextlib.suppress(Exception):

@@ -19,8 +19,7 @@ def test_a_tenant_policy_applies_to_that_tenant_only(monkeypatch: pytest.MonkeyP
         "MEMSTREAM_REDACTION_POLICIES",
         '{"acme": {"labels": ["EMAIL"], "deny": [{"pattern": "Project Falcon"}]}}',
     )
-    monkeypatch.setenv("MEMSTREAM_REDACTION_KEY", "k1")
-    redactors = make_redactor(Settings())
+    redactors = make_redactor(Settings(), b"k1")
     acme = redactors.redact(TEXT, "acme")
     assert acme.counts == {"EMAIL": 1, "DENY": 1}
     assert "+1 415 555 0100" in acme.text and "Falcon" not in acme.text
@@ -40,7 +39,7 @@ def test_an_invalid_policy_stops_the_start_without_echoing_values(
         '{"acme": {"deny": [{"pattern": "topsecret-term", "label": "lower case"}]}}',
     )
     with pytest.raises(ConfigurationError) as err:
-        make_redactor(Settings())
+        make_redactor(Settings(), b"k1")
     assert "tenant 'acme': deny.0.label" in str(err.value)
     assert "topsecret" not in str(err.value)
     monkeypatch.setenv(
@@ -48,5 +47,5 @@ def test_an_invalid_policy_stops_the_start_without_echoing_values(
         '{"acme": {"deny": [{"pattern": "topsecret(", "regex": true}]}}',
     )
     with pytest.raises(ConfigurationError) as err:
-        make_redactor(Settings())
+        make_redactor(Settings(), b"k1")
     assert "tenant 'acme'" in str(err.value) and "topsecret" not in str(err.value)
