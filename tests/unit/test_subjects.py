@@ -38,6 +38,6 @@ def test_namespace_names_streams() -> None:
 
 
 def test_the_empty_id_and_nul_have_different_tokens() -> None:
-    """"" and "\\x00" were both "%00": two ids on one subject."""
+    """ "" and "\\x00" were both "%00": two ids on one subject."""
     assert token("") != token("\x00")
     assert untoken(token("")) == "" and untoken(token("\x00")) == "\x00"
