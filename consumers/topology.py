@@ -119,3 +119,13 @@ async def apply(js: JetStreamContext, settings: Settings) -> Topology:
                 f"be updated in place ({exc.description}); delete it to let memstream recreate it"
             ) from exc
     return topo
+
+
+async def drained(js: JetStreamContext, settings: Settings) -> bool:
+    """True when no stage consumer has a message pending or unacked: everything published
+    so far has been processed (or dead-lettered)."""
+    for stream, cfg in topology(settings).consumers.values():
+        info = await js.consumer_info(stream, cfg.durable_name or "")
+        if info.num_pending or info.num_ack_pending:
+            return False
+    return True

@@ -212,6 +212,13 @@ class PgStore:
     async def close(self) -> None:
         await self._pool.close()
 
+    async def drop_schema(self, schema: str) -> None:
+        """Drop a schema and everything in it (benchmarks and tests clean up their own)."""
+        if not re.fullmatch(r"[a-z_][a-z0-9_]{0,62}", schema) or schema == "public":
+            raise ValueError("refusing to drop that schema")
+        async with self._pool.acquire() as con:
+            await con.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+
     async def vacuum_analyze(self) -> None:
         """VACUUM ANALYZE the memories table: after a bulk load, so that the planner has
         statistics and autovacuum has nothing left to do in the middle of later work."""
