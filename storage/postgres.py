@@ -455,7 +455,7 @@ class PgStore:
         """The contents of the ``turns`` episodes right before each memory in its session (by
         occurrence, then arrival, then id; oldest first), in one statement: the earlier-turn
         context of the keyword leg. Memory id -> contents; memories without earlier episodes
-        are absent. (One query per memory before: 2,000 round trips per indexed batch.)"""
+        are absent. One statement for the batch, not one per memory."""
         # once per memory: a memory listed twice would get its context twice
         memories = list({str(uuid.UUID(m.id)): m for m in memories}.values())
         if not memories:
