@@ -3,9 +3,9 @@
 Qdrant's IDF modifier counts document frequencies at query time; over a filtered corpus (one
 tenant of a shared collection) that means filtering every query term's posting list on every
 query. Keeping the counts as points are written turns the keyword leg into a plain dot product
-(what each costs: docs/recall.md): the query's weights are multiplied by the IDF here, with the same formula and the same corpus as the
-engine's (``ln((n - df + 0.5) / (df + 0.5) + 1)``, n = points with a sparse vector in the
-corpus), so the scores are identical.
+(what each costs: docs/recall.md): the query's weights are multiplied by the IDF here, with
+the same formula and the same corpus as the engine's (``ln((n - df + 0.5) / (df + 0.5) + 1)``,
+n = points with a sparse vector in the corpus), so the scores are identical.
 
 A corpus is a key: ``("", )`` for the collection, ``("t", tenant)`` for a tenant, and for the
 "owner" scope also ``("u", tenant, user)``, ``("a", tenant, agent)`` and
