@@ -52,36 +52,62 @@ class EmbeddedNats:
     url: str
     monitor_url: str
     proc: subprocess.Popen[bytes]
+    data_dir: Path | None = None
+    extra: list[str] = field(default_factory=list)
 
     @classmethod
-    def start(cls, data_dir: Path) -> EmbeddedNats:
+    def start(cls, data_dir: Path, extra: list[str] | None = None) -> EmbeddedNats:
+        """``extra``: more nats-server arguments (a cluster's ``--cluster``, ``--routes`` ...)."""
         data_dir.mkdir(parents=True, exist_ok=True)
         port, mport = free_port(), free_port()
-        log = open(data_dir / "nats-server.log", "ab")  # noqa: SIM115 - owned by the process
+        server = cls(f"nats://127.0.0.1:{port}", f"http://127.0.0.1:{mport}", None, data_dir)  # type: ignore[arg-type]
+        server.extra = list(extra or [])
+        server._launch()
+        return server
+
+    @property
+    def port(self) -> int:
+        return int(self.url.rsplit(":", 1)[1])
+
+    def _launch(self) -> None:
+        assert self.data_dir is not None
+        mport = int(self.monitor_url.rsplit(":", 1)[1])
+        log = open(self.data_dir / "nats-server.log", "ab")  # noqa: SIM115 - owned by the process
         proc = subprocess.Popen(
             [
                 nats_server_binary(),
                 "-a",
                 "127.0.0.1",
                 "-p",
-                str(port),
+                str(self.port),
                 "-m",
                 str(mport),
                 "-js",
                 "-sd",
-                str(data_dir / "jetstream"),
+                str(self.data_dir / "jetstream"),
+                *self.extra,
             ],
             stdout=log,
             stderr=subprocess.STDOUT,
         )
         log.close()
         try:
-            wait_for_port(port, 15, proc)
+            wait_for_port(self.port, 15, proc)
             wait_for_port(mport, 5, proc)
         except ConfigurationError:
             proc.kill()
             raise
-        return cls(f"nats://127.0.0.1:{port}", f"http://127.0.0.1:{mport}", proc)
+        self.proc = proc
+
+    def halt(self) -> None:
+        """SIGKILL the server (fault tests): no shutdown, no flush."""
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
+
+    def resume(self) -> None:
+        """Start it again on the same ports and store directory (after ``halt``)."""
+        self._launch()
 
     def stop(self) -> None:
         if self.proc.poll() is None:
