@@ -231,6 +231,10 @@ class PgStore:
         except _TRANSIENT as exc:
             raise StorageUnavailable("postgres did not answer") from exc
 
+    async def ping(self) -> None:
+        """One round trip (health checks); raises StorageUnavailable when it fails."""
+        await self._fetch("SELECT 1")
+
     async def exists(self, tenant: str, memory_id: str) -> bool:
         rows = await self._fetch(
             "SELECT 1 FROM memories WHERE id = $1 AND tenant = $2 AND deleted_at IS NULL",
