@@ -24,7 +24,7 @@ from memstream.consumers.auth import Authenticator
 from memstream.consumers.cache import RecallCache
 from memstream.consumers.commands import CommandService
 from memstream.consumers.logs import log
-from memstream.consumers.natsconn import api_keys_required, nats_options
+from memstream.consumers.natsconn import api_keys_required, broker_options, nats_options
 from memstream.consumers.recall import RecallService, error_reply
 from memstream.consumers.stages import STAGE_WORK, Deps, StageRunner
 from memstream.pipeline.redact import Redactor
@@ -98,7 +98,7 @@ class Worker:
             logger=None,
             name="memstream-worker",
             graceful_timeout=10.0,
-            **nats_options(self.settings),
+            **broker_options(self.settings),
         )
         for stage in STAGES:
             stream, ccfg = topo.consumers[stage]

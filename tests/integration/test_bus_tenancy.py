@@ -7,20 +7,18 @@ credential, still runs the pipeline end to end."""
 from __future__ import annotations
 
 import asyncio
-import subprocess
 import uuid
 from collections.abc import AsyncIterator, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import nats
 import pytest
 from nats.errors import TimeoutError as NatsTimeout
+from natsservers import NS, Bus, operator_mode_server
 
 from memstream.consumers import creds
 from memstream.consumers.app import Worker
-from memstream.consumers.embedded import free_port, nats_server_binary, wait_for_port
 from memstream.consumers.run import make_vector_index
 from memstream.pipeline.redact import Redactor
 from memstream.producers.client import MemoryClient, RecallError
@@ -32,44 +30,11 @@ from memstream.storage.postgres import PgStore
 
 pytestmark = pytest.mark.integration
 
-NS = "bus"  # the server is this module's own: one namespace serves every test
-
-
-@dataclass
-class Bus:
-    url: str
-    authority: Path
-    server_log: Path
-
-    def tenant(self, tenant: str, user: str | None = None) -> Path:
-        out = self.authority / "issued" / f"{uuid.uuid4().hex}.creds"
-        return creds.tenant(self.authority, NS, tenant, out, user=user)[0]
-
 
 @pytest.fixture(scope="module")
 def bus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Bus]:
-    """A nats-server with JetStream in operator mode: `creds init`'s auth.conf included."""
-    base = tmp_path_factory.mktemp("bus")
-    authority = base / "authority"
-    creds.init(authority, NS)
-    port = free_port()
-    conf = base / "nats.conf"
-    conf.write_text(
-        f"listen: 127.0.0.1:{port}\n"
-        f'jetstream {{ store_dir: "{base / "js"}" }}\n'
-        f'include "authority/{creds.AUTH_CONF}"\n'  # relative: nats-server joins it to the dir
-    )
-    log = base / "nats-server.log"
-    with log.open("wb") as out:
-        proc = subprocess.Popen(
-            [nats_server_binary(), "-c", str(conf)], stdout=out, stderr=subprocess.STDOUT
-        )
-    try:
-        wait_for_port(port, 15, proc)
-        yield Bus(f"nats://127.0.0.1:{port}", authority, log)
-    finally:
-        proc.terminate()
-        proc.wait(10)
+    with operator_mode_server(tmp_path_factory.mktemp("bus")) as server:
+        yield server
 
 
 class Violations:
