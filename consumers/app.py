@@ -21,6 +21,7 @@ from pydantic import ValidationError
 
 from memstream.consumers import indexing, topology
 from memstream.consumers.auth import Authenticator
+from memstream.consumers.busauth import safe_reply
 from memstream.consumers.cache import RecallCache
 from memstream.consumers.commands import CommandService
 from memstream.consumers.logs import log
@@ -138,12 +139,19 @@ class Worker:
 
     def _command_handler(self, verb: str) -> Any:
         async def handle(msg: NatsMessage) -> bytes:
+            if not safe_reply(msg.reply_to, self.settings.namespace):
+                log.warning("command.refused", verb=verb, reason="reply subject is not an inbox")
+                msg.reply_to = ""  # FastStream answers on reply_to after the handler: do not
+                return b""
             return await self.commands.handle(verb, msg.body)
 
         handle.__name__ = f"cmd_{verb}"
         return handle
 
     async def _recall_message(self, msg: Any) -> None:
+        if msg.reply and not safe_reply(msg.reply, self.settings.namespace):
+            log.warning("recall.refused", reason="reply subject is not an inbox")
+            return
         self._spawn(self._answer_recall(msg))
 
     async def _answer_recall(self, msg: Any) -> None:

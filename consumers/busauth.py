@@ -174,6 +174,16 @@ def worker_permissions(namespace: str) -> Permissions:
     )
 
 
+def safe_reply(reply: str | None, namespace: str) -> bool:
+    """Whether the worker may answer a request on ``reply``.
+
+    The requester chooses the reply subject, and the worker may publish into its namespace,
+    the JetStream API and the KV bucket: answering on such a subject would let a tenant have
+    the worker write into another tenant's turns, a stage or the API (a confused deputy).
+    Replies go to inboxes, which are never in those spaces."""
+    return bool(reply) and not (reply or "").startswith((f"{namespace}.", "$"))
+
+
 def user_jwt(
     account_seed: bytes,
     user: str,

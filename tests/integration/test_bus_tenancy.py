@@ -230,3 +230,29 @@ async def test_unknown_or_forged_credentials_are_refused(bus: Bus, tmp_path: Pat
             max_reconnect_attempts=0,
             **NatsAuth(creds=forged).connect_options(),
         )
+
+
+async def test_the_worker_answers_only_on_inboxes(bus: Bus, worker: Worker) -> None:
+    """A request whose reply subject is another tenant's turns or a stage gets no answer
+    there: the reply subject is the requester's choice, and the worker may publish into its
+    streams, so it would write where the tenant itself may not."""
+    a, b = f"a-{uuid.uuid4().hex[:6]}", f"b-{uuid.uuid4().hex[:6]}"
+    s = Subjects(NS)
+    js = worker.deps.js
+    streams = [s.stream(k) for k in ("turns", "stages", "dlq")]
+
+    async def last_seqs() -> list[int]:
+        return [(await js.stream_info(name)).state.last_seq for name in streams]
+
+    before = await last_seqs()
+    nc, _ = await connect(bus, bus.tenant(a))
+    body = f'{{"tenant": "{a}", "user": "u", "query": "tea"}}'.encode()
+    command = f'{{"tenant": "{a}", "user": "u"}}'.encode()
+    for reply in (s.turns(b, "u", "s"), s.stage("store", b), s.dlq("store")):
+        await nc.publish(s.recall, body, reply=reply)
+        await nc.publish(s.cmd("list"), command, reply=reply)
+    # answered in order after the refused ones: by then those were handled
+    assert b"unauthorized" in (await nc.request(s.recall, body, timeout=5)).data
+    assert b"unauthorized" in (await nc.request(s.cmd("list"), command, timeout=5)).data
+    assert await last_seqs() == before
+    await nc.close()
