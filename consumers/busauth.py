@@ -109,7 +109,15 @@ def operator_jwt(operator_seed: bytes, system_account: str, name: str = "memstre
     return encode_jwt(operator_seed, public_key(operator_seed), name, nats)
 
 
-def account_jwt(operator_seed: bytes, account: str, name: str, jetstream: bool) -> str:
+def account_jwt(
+    operator_seed: bytes,
+    account: str,
+    name: str,
+    jetstream: bool,
+    revocations: dict[str, int] | None = None,
+) -> str:
+    """``revocations``: user public key -> time (s); the server refuses that user's JWTs
+    issued at or before it, and closes its connections when the account JWT is reloaded."""
     limits: dict[str, Any] = {
         "subs": UNLIMITED,
         "data": UNLIMITED,
@@ -124,12 +132,14 @@ def account_jwt(operator_seed: bytes, account: str, name: str, jetstream: bool) 
         limits.update(
             mem_storage=UNLIMITED, disk_storage=UNLIMITED, streams=UNLIMITED, consumer=UNLIMITED
         )
-    nats = {
+    nats: dict[str, Any] = {
         "limits": limits,
         "default_permissions": {"pub": {}, "sub": {}},
         "type": "account",
         "version": 2,
     }
+    if revocations:
+        nats["revocations"] = dict(sorted(revocations.items()))
     return encode_jwt(operator_seed, account, name, nats)
 
 
@@ -200,6 +210,15 @@ def user_jwt(
         "version": 2,
     }
     return encode_jwt(account_seed, user, name, nats, expires_at)
+
+
+def creds_user(text: str) -> str:
+    """The user public key (the JWT's subject) of a ``.creds`` file's text."""
+    lines = text.splitlines()
+    for i, line in enumerate(lines):
+        if "BEGIN NATS USER JWT" in line and i + 1 < len(lines):
+            return str(decode_claims(lines[i + 1].strip())["sub"])
+    raise ValueError("not a .creds file: no user JWT in it")
 
 
 def creds_text(jwt: str, seed: bytes) -> str:

@@ -3,6 +3,7 @@ configuration, for tests that need one: the machine's shared server has none."""
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import uuid
 from collections.abc import Iterator
@@ -21,6 +22,11 @@ class Bus:
     url: str
     authority: Path
     server_log: Path
+    proc: subprocess.Popen[bytes]
+
+    def reload(self) -> None:
+        """What `nats-server --signal reload` does: re-read the configuration."""
+        self.proc.send_signal(signal.SIGHUP)
 
     def tenant(self, tenant: str, user: str | None = None) -> Path:
         out = self.authority / "issued" / f"{uuid.uuid4().hex}.creds"
@@ -28,9 +34,9 @@ class Bus:
 
 
 @contextmanager
-def nats_server(base: Path, auth: str) -> Iterator[tuple[str, Path]]:
-    """A JetStream nats-server on a free port whose config holds ``auth``; yields its URL and
-    its log file."""
+def nats_server(base: Path, auth: str) -> Iterator[tuple[str, Path, subprocess.Popen[bytes]]]:
+    """A JetStream nats-server on a free port whose config holds ``auth``; yields its URL,
+    its log file and its process."""
     port = free_port()
     conf = base / "nats.conf"
     conf.write_text(
@@ -43,7 +49,7 @@ def nats_server(base: Path, auth: str) -> Iterator[tuple[str, Path]]:
         )
     try:
         wait_for_port(port, 15, proc)
-        yield f"nats://127.0.0.1:{port}", log
+        yield f"nats://127.0.0.1:{port}", log, proc
     finally:
         proc.terminate()
         proc.wait(10)
@@ -55,5 +61,5 @@ def operator_mode_server(base: Path) -> Iterator[Bus]:
     (by a relative path: nats-server joins include paths to the config's directory)."""
     authority = base / "authority"
     creds.init(authority, NS)
-    with nats_server(base, f'include "authority/{creds.AUTH_CONF}"') as (url, log):
-        yield Bus(url, authority, log)
+    with nats_server(base, f'include "authority/{creds.AUTH_CONF}"') as (url, log, proc):
+        yield Bus(url, authority, log, proc)

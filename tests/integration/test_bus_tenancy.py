@@ -256,3 +256,37 @@ async def test_the_worker_answers_only_on_inboxes(bus: Bus, worker: Worker) -> N
     assert b"unauthorized" in (await nc.request(s.cmd("list"), command, timeout=5)).data
     assert await last_seqs() == before
     await nc.close()
+
+
+async def test_a_revoked_credential_is_cut_off_after_a_reload(bus: Bus) -> None:
+    """`creds revoke` + a server reload closes the revoked user's connection and refuses it
+    from then on; another credential of the same tenant goes on working."""
+    a = f"a-{uuid.uuid4().hex[:6]}"
+    leaked, kept = bus.tenant(a), bus.tenant(a)
+    closed = asyncio.Event()
+
+    async def on_closed() -> None:
+        closed.set()
+
+    nc = await nats.connect(
+        bus.url,
+        allow_reconnect=False,
+        closed_cb=on_closed,
+        **NatsAuth(creds=leaked).connect_options(),
+    )
+    creds.revoke(bus.authority, NS, leaked)
+    bus.reload()
+    await asyncio.wait_for(closed.wait(), 10)
+    assert nc.is_closed
+    with pytest.raises(nats.errors.Error):
+        await nats.connect(
+            bus.url,
+            allow_reconnect=False,
+            max_reconnect_attempts=0,
+            **NatsAuth(creds=leaked).connect_options(),
+        )
+    still, errors = await connect(bus, kept)
+    await still.publish(Subjects(NS).turns(a, "u", "s"), b"{}")
+    await still.flush()
+    assert still.is_connected and errors.seen == []
+    await still.close()

@@ -112,7 +112,7 @@ def password_server(tmp_path: Path) -> Iterator[tuple[str, str]]:
     password = "pw-" + secrets.token_hex(12)
     auth = f'authorization {{ user: memstream, password: "{password}" }}'
     (tmp_path / "srv").mkdir()
-    with nats_server(tmp_path / "srv", auth) as (url, _):
+    with nats_server(tmp_path / "srv", auth) as (url, _, _):
         yield url, password
 
 

@@ -7,8 +7,12 @@ import shutil
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from memstream.consumers import creds
 from memstream.consumers.embedded import nats_server_binary
+
+pytestmark = pytest.mark.integration
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy" / "nats" / "nats.conf"
 
