@@ -156,10 +156,15 @@ class Permissions:
 
 
 def tenant_inbox(tenant: str, owner: str | None = None) -> str:
-    """The inbox prefix of a tenant's (or one owner's) credential: one subject token per id,
-    encoded like subject tokens, so no tenant's prefix covers another's."""
-    base = f"{INBOX}.{token(tenant)}"
+    """The inbox prefix of a tenant's (or one owner's) credential: ``_INBOX.t.<tenant>``, one
+    subject token per id, encoded like subject tokens, so no tenant's prefix covers another's
+    and none covers a service's (``_INBOX.s.<name>``)."""
+    base = f"{INBOX}.t.{token(tenant)}"
     return base if owner is None else f"{base}.{token(owner)}"
+
+
+def service_inbox(name: str) -> str:
+    return f"{INBOX}.s.{token(name)}"
 
 
 def agent_permissions(namespace: str, tenant: str, owner: str | None = None) -> Permissions:
@@ -171,6 +176,17 @@ def agent_permissions(namespace: str, tenant: str, owner: str | None = None) -> 
     turns = s.turns_filter(tenant, owner)
     inbox = tenant_inbox(tenant, owner)
     return Permissions(pub=(turns, s.recall, s.cmd("*")), sub=(f"{inbox}.>",), inbox_prefix=inbox)
+
+
+def service_permissions(namespace: str, name: str) -> Permissions:
+    """A front end that serves every tenant (the HTTP gateway, the MCP server): it publishes
+    any tenant's turns and requests recall and commands, after checking the caller's API
+    key itself; it reads no stream, stage, DLQ, event, KV or JetStream API either."""
+    s = Subjects(namespace)
+    inbox = service_inbox(name)
+    return Permissions(
+        pub=(s.turns_filter(), s.recall, s.cmd("*")), sub=(f"{inbox}.>",), inbox_prefix=inbox
+    )
 
 
 def worker_permissions(namespace: str) -> Permissions:

@@ -133,6 +133,14 @@ def issue(
     return out
 
 
+def service(
+    directory: Path, namespace: str, name: str, out: Path, overwrite: bool = False
+) -> tuple[Path, busauth.Permissions]:
+    """A credential for a front end serving every tenant (gateway, MCP server)."""
+    perms = busauth.service_permissions(namespace, name)
+    return issue(directory, f"service {name}", perms, out, None, overwrite), perms
+
+
 def worker(directory: Path, namespace: str, out: Path, overwrite: bool = False) -> Path:
     perms = busauth.worker_permissions(namespace)
     return issue(directory, f"memstream worker ({namespace})", perms, out, None, overwrite)
@@ -189,6 +197,18 @@ def _run(a: argparse.Namespace) -> int:
             out = worker(directory, namespace, a.out or directory / WORKER_CREDS, a.force)
             print(f"wrote {out} (worker credential; keep it secret)")
             return 0
+        if a.action == "service":
+            out, perms = service(
+                directory,
+                namespace,
+                a.name,
+                a.out or directory / "creds" / f"service.{token(a.name)}.creds",
+                a.force,
+            )
+            print(f"wrote {out} (keep it secret: it may publish any tenant's turns)")
+            print(f"  may publish: {', '.join(perms.pub)}")
+            print(f"  replies on:  {perms.inbox_prefix}.>")
+            return 0
         owner = a.user or a.agent
         out, perms = tenant(
             directory,
@@ -219,6 +239,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         ("init", "create the operator and accounts; write auth.conf and worker.creds"),
         ("create", "issue an agent credential of a tenant (a .creds file)"),
         ("worker", "issue another worker credential"),
+        ("service", "issue a credential for a front end serving every tenant (gateway, MCP)"),
         ("revoke", "revoke the user of a .creds file (then reload the servers)"),
     ):
         a = actions.add_parser(name, help=help_text)
@@ -229,6 +250,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         elif name != "init":
             a.add_argument("--out", type=Path, default=None)
             a.add_argument("--force", action="store_true", help="replace an existing file")
+        if name == "service":
+            a.add_argument("--name", required=True, help="e.g. gateway")
         if name == "create":
             a.add_argument("--tenant", required=True)
             a.add_argument("--user", default=None, help="only this user's turns")

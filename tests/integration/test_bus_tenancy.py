@@ -93,7 +93,7 @@ async def test_worker_and_tenant_credentials_run_the_pipeline_end_to_end(
     tenant = f"acme-{uuid.uuid4().hex[:6]}"
     key = await pg.create_api_key(tenant, "agent")
     a_creds = bus.tenant(tenant)
-    assert creds_inbox_prefix(a_creds) == f"_INBOX.{token(tenant)}"
+    assert creds_inbox_prefix(a_creds) == f"_INBOX.t.{token(tenant)}"
     async with MemoryClient(
         tenant, user="alice", nats_url=bus.url, namespace=NS, nats_creds=a_creds, api_key=key
     ) as mem:
@@ -151,7 +151,8 @@ async def test_bus_auth_makes_api_keys_mandatory(bus: Bus, worker: Worker, pg: P
         "$KV.>",
         "$JS.API.>",
         "_INBOX.>",  # every tenant's replies
-        "_INBOX.{b}.>",  # B's replies
+        "_INBOX.t.{b}.>",  # B's replies
+        "_INBOX.s.>",  # the gateway's replies (every tenant's)
         ">",
     ],
 )
@@ -209,7 +210,7 @@ async def test_owner_credential_publishes_only_its_owner_turns(bus: Bus, worker:
     """A credential issued for (tenant, user alice) stores alice's turns, not bob's."""
     a = f"a-{uuid.uuid4().hex[:6]}"
     alice = bus.tenant(a, user="alice")
-    assert creds_inbox_prefix(alice) == f"_INBOX.{token(a)}.alice"
+    assert creds_inbox_prefix(alice) == f"_INBOX.t.{token(a)}.alice"
     async with MemoryClient(
         a, user="alice", nats_url=bus.url, namespace=NS, nats_creds=alice, publish_timeout=1.0
     ) as m:
@@ -290,3 +291,26 @@ async def test_a_revoked_credential_is_cut_off_after_a_reload(bus: Bus) -> None:
     await still.flush()
     assert still.is_connected and errors.seen == []
     await still.close()
+
+
+async def test_a_service_credential_serves_every_tenant_but_reads_nothing(
+    bus: Bus, worker: Worker, pg: PgStore
+) -> None:
+    """The gateway's credential publishes any tenant's turns and asks recall (replies on
+    `_INBOX.s.<name>`), and is refused every stream, stage, KV and API subject."""
+    gateway = creds.service(bus.authority, NS, "gateway", bus.authority / "gw.creds", True)[0]
+    assert creds_inbox_prefix(gateway) == "_INBOX.s.gateway"
+    for tenant in (f"a-{uuid.uuid4().hex[:6]}", f"b-{uuid.uuid4().hex[:6]}"):
+        key = await pg.create_api_key(tenant, "gateway")
+        async with MemoryClient(
+            tenant, user="u", nats_url=bus.url, namespace=NS, nats_creds=gateway, api_key=key
+        ) as m:
+            assert await m.publish_turn([("user", "hello")]) is not None
+            assert (await m.recall("hello")).hits is not None
+    nc, errors = await connect(bus, gateway)
+    for subject in (f"{NS}.turns.>", f"{NS}.stage.>", "$KV.>", "_INBOX.t.>"):
+        await nc.subscribe(subject)
+        await errors.wait_for("subscription", subject)
+    await nc.publish(f"$JS.API.STREAM.INFO.{Subjects(NS).stream('turns')}", b"")
+    await errors.wait_for("publish", f"$JS.API.STREAM.INFO.{Subjects(NS).stream('turns')}")
+    await nc.close()
