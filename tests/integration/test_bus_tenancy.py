@@ -7,6 +7,7 @@ credential, still runs the pipeline end to end."""
 from __future__ import annotations
 
 import asyncio
+import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -314,3 +315,16 @@ async def test_a_service_credential_serves_every_tenant_but_reads_nothing(
     await nc.publish(f"$JS.API.STREAM.INFO.{Subjects(NS).stream('turns')}", b"")
     await errors.wait_for("publish", f"$JS.API.STREAM.INFO.{Subjects(NS).stream('turns')}")
     await nc.close()
+
+
+async def test_an_expired_credential_is_refused(bus: Bus) -> None:
+    """A credential past its `--expires-days` cannot connect."""
+    out = bus.authority / "issued" / "expired.creds"
+    creds.tenant(bus.authority, NS, "a", out, expires_at=int(time.time()) - 60)
+    with pytest.raises(nats.errors.Error):
+        await nats.connect(
+            bus.url,
+            allow_reconnect=False,
+            max_reconnect_attempts=0,
+            **NatsAuth(creds=out).connect_options(),
+        )
