@@ -28,23 +28,16 @@ from memstream.consumers.logs import log
 from memstream.consumers.natsconn import api_keys_required, broker_options, nats_options
 from memstream.consumers.recall import RecallService, error_reply
 from memstream.consumers.stages import STAGE_WORK, Deps, StageRunner
-from memstream.pipeline.redact import Redactor
+from memstream.pipeline.redact import Redacts
 from memstream.producers.connection import display_url
 from memstream.schemas.commands import VERBS
-from memstream.schemas.errors import ErrorCode, MemstreamError
+from memstream.schemas.errors import ErrorCode, MemstreamError, describe
 from memstream.schemas.memory import MemoryEvent
 from memstream.schemas.recall import RecallRequest
 from memstream.schemas.settings import Settings
 from memstream.schemas.subjects import STAGES, Subjects
 from memstream.storage.ports import Embedder, VectorIndex
 from memstream.storage.postgres import PgStore
-
-
-def _sanitized(exc: ValidationError) -> str:
-    """Field paths and messages only: never the input values (they may hold secrets)."""
-    return "; ".join(
-        f"{'.'.join(map(str, e['loc'])) or '<root>'}: {e['msg']}" for e in exc.errors()[:5]
-    )
 
 
 @dataclass
@@ -54,7 +47,7 @@ class Worker:
     pg: PgStore
     vectors: VectorIndex
     embedder: Embedder
-    redactor: Redactor
+    redactor: Redacts
     broker: NatsBroker = field(init=False)
     deps: Deps = field(init=False)
     recall: RecallService = field(init=False)
@@ -166,7 +159,7 @@ class Worker:
             req = RecallRequest.model_validate_json(body)
         except ValidationError as exc:
             self.recall.failed += 1
-            return error_reply(ErrorCode.BAD_REQUEST, f"invalid recall request: {_sanitized(exc)}")
+            return error_reply(ErrorCode.BAD_REQUEST, f"invalid recall request: {describe(exc)}")
         try:
             refusal = await self.auth.refuse(req.tenant, req.api_key)
         except MemstreamError:

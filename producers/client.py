@@ -40,10 +40,11 @@ from pydantic import ValidationError
 
 from memstream.producers.connection import NatsAuth
 from memstream.schemas.commands import VERBS, CommandReply
-from memstream.schemas.errors import ErrorCode, ErrorReply
+from memstream.schemas.errors import ErrorCode, ErrorReply, describe
 from memstream.schemas.events import Message, MetaValue, Role, TurnEvent
 from memstream.schemas.memory import MemoryRecord
 from memstream.schemas.recall import Method, RecallReply, RecallRequest
+from memstream.schemas.stack import read_stack
 from memstream.schemas.subjects import MSG_ID_HEADER, Subjects
 
 __all__ = [
@@ -60,7 +61,6 @@ __all__ = [
 ]
 
 T = TypeVar("T")
-STACK_FILE = "stack.json"
 
 
 class MemoryClientError(Exception):
@@ -103,10 +103,7 @@ def discover_nats_url(state_dir: str | os.PathLike[str] | None = None) -> str:
     if url := os.environ.get("MEMSTREAM_NATS_URL"):
         return url
     folder = Path(state_dir or os.environ.get("MEMSTREAM_STATE_DIR", ".memstream"))
-    try:
-        return str(json.loads((folder / STACK_FILE).read_text())["nats_url"])
-    except (OSError, ValueError, KeyError):
-        return "nats://127.0.0.1:4222"
+    return read_stack(folder).get("nats_url", "nats://127.0.0.1:4222")
 
 
 class MemoryClient:
@@ -412,9 +409,7 @@ def _recall_of(reply: CommandReply) -> RecallReply:
 
 def _field_errors(exc: Exception) -> str:
     if isinstance(exc, ValidationError):
-        return "; ".join(
-            f"{'.'.join(map(str, e['loc'])) or '<root>'}: {e['msg']}" for e in exc.errors()[:5]
-        )
+        return describe(exc)
     return "invalid argument"
 
 

@@ -125,10 +125,9 @@ def _client(a: argparse.Namespace) -> MemoryClient:
 async def _publish(a: argparse.Namespace) -> int:
     try:
         async with _client(a) as mem:
-            kwargs = {"session": a.session or "default"}
-            if a.event_id:
-                kwargs["event_id"] = a.event_id
-            res = await mem.publish_turn([(a.role, a.text)], **kwargs)
+            res = await mem.publish_turn(
+                [(a.role, a.text)], session=a.session or "default", event_id=a.event_id or None
+            )
     except MemoryClientError as exc:
         print(f"memstream: {exc}", file=sys.stderr)
         return 1

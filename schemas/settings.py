@@ -7,7 +7,7 @@ embedded stack starts its own NATS, PostgreSQL and Qdrant Edge under ``state_dir
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -59,6 +59,9 @@ class Settings(BaseSettings):
     # Keys the redaction placeholders (same value -> same token within a tenant). Required by
     # `memstream worker`; `memstream dev` keeps a random key in the state directory.
     redaction_key: SecretStr | None = None
+    # Redaction policies (pipeline.redact.RedactionPolicy fields: labels, allow, deny) for the
+    # tenants named here; every other tenant gets all detectors. docs/redaction.md.
+    redaction_policies: dict[str, dict[str, Any]] = Field(default_factory=dict)
 
     # Lifetimes by scope, in seconds (run and session memories expire; others do not).
     ttl_s: dict[str, float] = Field(default_factory=lambda: {"run": 3600.0, "session": 86400.0})
