@@ -60,3 +60,13 @@ def test_revocation_lands_in_the_account_jwt(tmp_path: Path) -> None:
     revoked = busauth.decode_claims(line.split(":", 1)[1].strip())["nats"]["revocations"]
     assert abs(revoked[user] - time.time()) < 5
     assert operator_jwt.strip() in conf  # the operator JWT is unchanged: reload accepts it
+
+
+def test_replies_go_to_inboxes_only() -> None:
+    """The worker answers on inboxes, never inside its namespace or a `$` API space."""
+    assert busauth.safe_reply("_INBOX.t.acme.abc.def", "mem")
+    assert busauth.safe_reply("_INBOX.x1", "mem")
+    assert busauth.safe_reply("reply.elsewhere", "mem")  # no bus auth: any client subject
+    for bad in ("mem.turns.b.u.s", "mem.stage.store.b", "mem.dlq.x", "$JS.API.STREAM.DELETE.X"):
+        assert not busauth.safe_reply(bad, "mem")
+    assert not busauth.safe_reply("", "mem") and not busauth.safe_reply(None, "mem")
