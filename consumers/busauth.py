@@ -191,12 +191,15 @@ def service_permissions(namespace: str, name: str) -> Permissions:
 
 def worker_permissions(namespace: str) -> Permissions:
     """The worker: its namespace's subjects, the JetStream API (streams, consumers, acks, flow
-    control), the recall cache bucket, and replies to any inbox (it answers every tenant)."""
+    control), the recall cache bucket, and replies to any inbox (it answers every tenant).
+    Everything of the memstream account but other KV buckets and the system's subjects."""
     s = Subjects(namespace)
     kv = f"$KV.{s.stream('recall_cache')}.>"
     return Permissions(
         pub=(f"{s.prefix}.>", "$JS.API.>", "$JS.ACK.>", "$JS.FC.>", kv, f"{INBOX}.>"),
-        sub=(s.recall, s.cmd("*"), f"{INBOX}.>"),
+        # the whole namespace, not just recall and commands: a responder added to the worker
+        # later must not fail only on an authenticated bus
+        sub=(f"{s.prefix}.>", f"{INBOX}.>"),
     )
 
 
