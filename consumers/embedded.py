@@ -54,13 +54,16 @@ class EmbeddedNats:
     proc: subprocess.Popen[bytes]
 
     @classmethod
-    def start(cls, data_dir: Path) -> EmbeddedNats:
+    def start(cls, data_dir: Path, config: Path | None = None) -> EmbeddedNats:
+        """``config``: a configuration file to load first (the command line's address, ports
+        and JetStream settings win), e.g. the auth.conf of ``memstream creds init``."""
         data_dir.mkdir(parents=True, exist_ok=True)
         port, mport = free_port(), free_port()
         log = open(data_dir / "nats-server.log", "ab")  # noqa: SIM115 - owned by the process
         proc = subprocess.Popen(
             [
                 nats_server_binary(),
+                *(["-c", str(config)] if config else []),
                 "-a",
                 "127.0.0.1",
                 "-p",

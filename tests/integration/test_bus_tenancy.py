@@ -20,7 +20,7 @@ from natsservers import NS, Bus, operator_mode_server
 
 from memstream.consumers import creds
 from memstream.consumers.app import Worker
-from memstream.consumers.run import make_vector_index
+from memstream.consumers.run import Stack, make_redactor, make_vector_index, make_worker
 from memstream.pipeline.redact import Redactor
 from memstream.producers.client import MemoryClient, RecallError
 from memstream.producers.connection import NatsAuth, creds_inbox_prefix
@@ -328,3 +328,44 @@ async def test_an_expired_credential_is_refused(bus: Bus) -> None:
             max_reconnect_attempts=0,
             **NatsAuth(creds=out).connect_options(),
         )
+
+
+async def test_dev_bus_auth_runs_the_embedded_nats_in_operator_mode(
+    tmp_path: Path, database_url: str, namespace: str, embedder: Any
+) -> None:
+    """`memstream dev --bus-auth`: the embedded nats-server refuses a client without a
+    credential, the worker runs with its own, and a tenant credential issued from the state
+    directory's authority publishes and recalls (with an API key)."""
+    settings = Settings(
+        namespace=namespace,
+        state_dir=tmp_path,
+        database_url=database_url,
+        embedded_bus_auth=True,
+        recall_cache_ttl_s=None,
+    )
+    stack = await Stack.open(settings, schema=namespace, dim=embedder.dim)
+    try:
+        assert stack.settings.nats_creds == tmp_path / "nats-auth" / creds.WORKER_CREDS
+        with pytest.raises(nats.errors.Error):
+            await nats.connect(stack.nats_url, allow_reconnect=False, max_reconnect_attempts=0)
+        w = make_worker(stack, embedder, make_redactor(stack.settings, b"k" * 32))
+        await w.vectors.ensure(embedder.dim)
+        await w.start()
+        try:
+            out = tmp_path / "acme.creds"
+            creds.tenant(tmp_path / "nats-auth", namespace, "acme", out)
+            key = await stack.pg.create_api_key("acme", "agent")
+            async with MemoryClient(
+                "acme",
+                user="alice",
+                nats_url=stack.nats_url,
+                namespace=namespace,
+                nats_creds=out,
+                api_key=key,
+            ) as m:
+                assert await m.publish_turn([("user", "I prefer green tea")]) is not None
+                assert (await m.recall("tea")).hits is not None
+        finally:
+            await w.stop()
+    finally:
+        await stack.close()
