@@ -100,3 +100,19 @@ def test_credentials_on_the_bus_turn_api_keys_on() -> None:
         Settings(require_api_key=False, nats_user="w", nats_password=SecretStr("x"))
     )
     assert api_keys_required(Settings(require_api_key=False, nats_token=SecretStr("t")))
+
+
+def test_the_sdk_takes_a_creds_file_over_the_environment(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """An explicit ``nats_creds`` replaces the env's credential; two in the env are refused
+    with the SDK's own error, naming the variables only."""
+    from memstream.producers.client import MemoryClient, MemoryClientError
+
+    monkeypatch.setenv("MEMSTREAM_NATS_TOKEN", "hunter2-token")
+    client = MemoryClient("t", nats_url="nats://127.0.0.1:1", nats_creds=tmp_path / "a.creds")
+    assert client._connect_options == {"user_credentials": str(tmp_path / "a.creds")}
+    monkeypatch.setenv("MEMSTREAM_NATS_USER", "u")
+    with pytest.raises(MemoryClientError, match="MEMSTREAM_NATS_USER/PASSWORD") as err:
+        MemoryClient("t", nats_url="nats://127.0.0.1:1")
+    assert "hunter2" not in str(err.value)
