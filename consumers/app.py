@@ -24,6 +24,7 @@ from memstream.consumers.auth import Authenticator
 from memstream.consumers.busauth import safe_reply
 from memstream.consumers.cache import RecallCache
 from memstream.consumers.commands import CommandService
+from memstream.consumers.extractors import LlmExtractor
 from memstream.consumers.logs import log
 from memstream.consumers.natsconn import api_keys_required, broker_options, nats_options
 from memstream.consumers.recall import RecallService, error_reply
@@ -82,6 +83,11 @@ class Worker:
             self.redactor,
             clock=self.pg.clock,
             cache=cache,
+            llm=(
+                LlmExtractor(self.settings.llm, self.redactor)
+                if self.settings.extractor == "rules+llm" and self.settings.llm is not None
+                else None
+            ),
         )
         self.recall = RecallService(self.pg, self.vectors, self.embedder)
         self.auth = Authenticator(self.pg, api_keys_required(self.settings))
@@ -251,5 +257,7 @@ class Worker:
         await self.recall.flush_touches()
         if self.deps.cache is not None:
             await self.deps.cache.stop()
+        if self.deps.llm is not None:
+            await self.deps.llm.close()
         if self._nc is not None:
             await self._nc.drain()

@@ -23,8 +23,9 @@ from pydantic import BaseModel, ValidationError
 
 from memstream.consumers import indexing
 from memstream.consumers.cache import RecallCache
+from memstream.consumers.extractors import LlmExtractor
 from memstream.consumers.logs import log
-from memstream.pipeline import dedupe, lifecycle
+from memstream.pipeline import dedupe, lifecycle, llm_extract
 from memstream.pipeline.extract import extract
 from memstream.pipeline.lexical import dated
 from memstream.pipeline.redact import Redacts
@@ -78,6 +79,7 @@ class Deps:
     metrics: dict[str, StageMetrics] = field(default_factory=dict)
     clock: Callable[[], datetime] = field(default=lambda: datetime.now(UTC))
     cache: RecallCache | None = None
+    llm: LlmExtractor | None = None  # MEMSTREAM_EXTRACTOR=rules+llm
 
     async def reindex(self, tenant: str, ids: Sequence[str], followers: bool = False) -> None:
         """(Re)build the index points of memories from their Postgres rows (after a store,
@@ -177,6 +179,8 @@ async def extract_work(deps: Deps, body: bytes) -> int:
     if await deps.pg.is_memory_off(event.tenant, owner.key, event.session):
         return 0  # memory is off for this session: the turn is consumed, nothing is stored
     candidates = extract(event)
+    if deps.llm is not None and candidates:
+        candidates = llm_extract.complement(candidates, await deps.llm.candidates(event))
     await asyncio.gather(
         *(
             deps.publish(
