@@ -22,11 +22,12 @@ from pydantic import ValidationError
 
 from memstream.consumers import indexing, topology
 from memstream.consumers.auth import Authenticator
+from memstream.consumers.busauth import safe_reply
 from memstream.consumers.cache import RecallCache
 from memstream.consumers.commands import CommandService
 from memstream.consumers.extractors import LlmExtractor
 from memstream.consumers.logs import log
-from memstream.consumers.natsconn import api_keys_required, nats_options
+from memstream.consumers.natsconn import api_keys_required, broker_options, nats_options
 from memstream.consumers.outage import Backoff
 from memstream.consumers.recall import RecallService, error_reply
 from memstream.consumers.stages import STAGE_WORK, Deps, StageRunner
@@ -126,7 +127,7 @@ class Worker:
             logger=None,
             name="memstream-worker",
             graceful_timeout=10.0,
-            **nats_options(self.settings),
+            **broker_options(self.settings),
             **reconnect_forever(self._closed),
         )
         for stage in STAGES:
@@ -167,6 +168,10 @@ class Worker:
 
     def _command_handler(self, verb: str) -> Any:
         async def handle(msg: NatsMessage) -> bytes:
+            if not safe_reply(msg.reply_to, self.settings.namespace):
+                log.warning("command.refused", verb=verb, reason="reply subject is not an inbox")
+                msg.reply_to = ""  # FastStream answers on reply_to after the handler: do not
+                return b""
             return await self.commands.handle(verb, msg.body)
 
         handle.__name__ = f"cmd_{verb}"
@@ -180,6 +185,9 @@ class Worker:
         self.lost.set()
 
     async def _recall_message(self, msg: Any) -> None:
+        if msg.reply and not safe_reply(msg.reply, self.settings.namespace):
+            log.warning("recall.refused", reason="reply subject is not an inbox")
+            return
         if self._recall_pending >= self.settings.recall_max_pending:
             # overloaded: say so at once rather than queue without bound (each queued request
             # holds a task and its body); the agent may retry or go without memories

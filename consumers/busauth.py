@@ -109,7 +109,15 @@ def operator_jwt(operator_seed: bytes, system_account: str, name: str = "memstre
     return encode_jwt(operator_seed, public_key(operator_seed), name, nats)
 
 
-def account_jwt(operator_seed: bytes, account: str, name: str, jetstream: bool) -> str:
+def account_jwt(
+    operator_seed: bytes,
+    account: str,
+    name: str,
+    jetstream: bool,
+    revocations: dict[str, int] | None = None,
+) -> str:
+    """``revocations``: user public key -> time (s); the server refuses that user's JWTs
+    issued at or before it, and closes its connections when the account JWT is reloaded."""
     limits: dict[str, Any] = {
         "subs": UNLIMITED,
         "data": UNLIMITED,
@@ -124,12 +132,14 @@ def account_jwt(operator_seed: bytes, account: str, name: str, jetstream: bool) 
         limits.update(
             mem_storage=UNLIMITED, disk_storage=UNLIMITED, streams=UNLIMITED, consumer=UNLIMITED
         )
-    nats = {
+    nats: dict[str, Any] = {
         "limits": limits,
         "default_permissions": {"pub": {}, "sub": {}},
         "type": "account",
         "version": 2,
     }
+    if revocations:
+        nats["revocations"] = dict(sorted(revocations.items()))
     return encode_jwt(operator_seed, account, name, nats)
 
 
@@ -146,10 +156,15 @@ class Permissions:
 
 
 def tenant_inbox(tenant: str, owner: str | None = None) -> str:
-    """The inbox prefix of a tenant's (or one owner's) credential: one subject token per id,
-    encoded like subject tokens, so no tenant's prefix covers another's."""
-    base = f"{INBOX}.{token(tenant)}"
+    """The inbox prefix of a tenant's (or one owner's) credential: ``_INBOX.t.<tenant>``, one
+    subject token per id, encoded like subject tokens, so no tenant's prefix covers another's
+    and none covers a service's (``_INBOX.s.<name>``)."""
+    base = f"{INBOX}.t.{token(tenant)}"
     return base if owner is None else f"{base}.{token(owner)}"
+
+
+def service_inbox(name: str) -> str:
+    return f"{INBOX}.s.{token(name)}"
 
 
 def agent_permissions(namespace: str, tenant: str, owner: str | None = None) -> Permissions:
@@ -163,15 +178,39 @@ def agent_permissions(namespace: str, tenant: str, owner: str | None = None) -> 
     return Permissions(pub=(turns, s.recall, s.cmd("*")), sub=(f"{inbox}.>",), inbox_prefix=inbox)
 
 
+def service_permissions(namespace: str, name: str) -> Permissions:
+    """A front end that serves every tenant (the HTTP gateway, the MCP server): it publishes
+    any tenant's turns and requests recall and commands, after checking the caller's API
+    key itself; it reads no stream, stage, DLQ, event, KV or JetStream API either."""
+    s = Subjects(namespace)
+    inbox = service_inbox(name)
+    return Permissions(
+        pub=(s.turns_filter(), s.recall, s.cmd("*")), sub=(f"{inbox}.>",), inbox_prefix=inbox
+    )
+
+
 def worker_permissions(namespace: str) -> Permissions:
     """The worker: its namespace's subjects, the JetStream API (streams, consumers, acks, flow
-    control), the recall cache bucket, and replies to any inbox (it answers every tenant)."""
+    control), the recall cache bucket, and replies to any inbox (it answers every tenant).
+    Everything of the memstream account but other KV buckets and the system's subjects."""
     s = Subjects(namespace)
     kv = f"$KV.{s.stream('recall_cache')}.>"
     return Permissions(
         pub=(f"{s.prefix}.>", "$JS.API.>", "$JS.ACK.>", "$JS.FC.>", kv, f"{INBOX}.>"),
-        sub=(s.recall, s.cmd("*"), f"{INBOX}.>"),
+        # the whole namespace, not just recall and commands: a responder added to the worker
+        # later must not fail only on an authenticated bus
+        sub=(f"{s.prefix}.>", f"{INBOX}.>"),
     )
+
+
+def safe_reply(reply: str | None, namespace: str) -> bool:
+    """Whether the worker may answer a request on ``reply``.
+
+    The requester chooses the reply subject, and the worker may publish into its namespace,
+    the JetStream API and the KV bucket: answering on such a subject would let a tenant have
+    the worker write into another tenant's turns, a stage or the API (a confused deputy).
+    Replies go to inboxes, which are never in those spaces."""
+    return bool(reply) and not (reply or "").startswith((f"{namespace}.", "$"))
 
 
 def user_jwt(
@@ -190,6 +229,15 @@ def user_jwt(
         "version": 2,
     }
     return encode_jwt(account_seed, user, name, nats, expires_at)
+
+
+def creds_user(text: str) -> str:
+    """The user public key (the JWT's subject) of a ``.creds`` file's text."""
+    lines = text.splitlines()
+    for i, line in enumerate(lines):
+        if "BEGIN NATS USER JWT" in line and i + 1 < len(lines):
+            return str(decode_claims(lines[i + 1].strip())["sub"])
+    raise ValueError("not a .creds file: no user JWT in it")
 
 
 def creds_text(jwt: str, seed: bytes) -> str:

@@ -10,6 +10,7 @@ includes. Credentials are written to files (mode 0600), never printed.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import time
@@ -23,7 +24,8 @@ from memstream.schemas.settings import Settings
 from memstream.schemas.subjects import token
 
 OPERATOR, SYSTEM, ACCOUNT = "operator.nk", "system.nk", "account.nk"
-AUTH_CONF, WORKER_CREDS = "auth.conf", "worker.creds"
+AUTH_CONF, WORKER_CREDS, REVOKED = "auth.conf", "worker.creds", "revoked.json"
+OPERATOR_JWT = "operator.jwt"
 
 
 def write_private(path: Path, text: str, overwrite: bool = False) -> None:
@@ -62,18 +64,58 @@ def init(directory: Path, namespace: str) -> list[Path]:
     acc = _seed(directory, ACCOUNT, nkeys.PREFIX_BYTE_ACCOUNT)
     sys_pub, acc_pub = busauth.public_key(sys_seed), busauth.public_key(acc)
     conf = busauth.server_config(
-        busauth.operator_jwt(op, sys_pub),
+        _operator_jwt(directory, op, sys_pub),
         sys_pub,
         {
             sys_pub: busauth.account_jwt(op, sys_pub, "SYS", jetstream=False),
-            acc_pub: busauth.account_jwt(op, acc_pub, "memstream", jetstream=True),
+            acc_pub: busauth.account_jwt(
+                op, acc_pub, "memstream", jetstream=True, revocations=_revoked(directory)
+            ),
         },
     )
-    (directory / AUTH_CONF).write_text(conf)
+    # replaced in one step: a server reloading meanwhile reads the old file or the new one
+    tmp = directory / f".{AUTH_CONF}.tmp"
+    tmp.write_text(conf)
+    tmp.replace(directory / AUTH_CONF)
     written = [directory / AUTH_CONF]
     if not (directory / WORKER_CREDS).exists():
         written.append(worker(directory, namespace, directory / WORKER_CREDS))
     return written
+
+
+def _operator_jwt(directory: Path, op: bytes, sys_pub: str) -> str:
+    """The operator JWT, minted once: nats-server refuses a configuration reload that changes
+    the trusted operator, and a re-minted JWT differs (issue time, id) even with the same key."""
+    path = directory / OPERATOR_JWT
+    if path.exists():
+        return path.read_text().strip()
+    jwt: str = busauth.operator_jwt(op, sys_pub)
+    path.write_text(jwt + "\n")
+    return jwt
+
+
+def _revoked(directory: Path) -> dict[str, int]:
+    try:
+        revoked: dict[str, int] = json.loads((directory / REVOKED).read_text())
+    except FileNotFoundError:
+        return {}
+    return revoked
+
+
+def revoke(directory: Path, namespace: str, creds_file: Path) -> str:
+    """Revoke the user of ``creds_file`` (every JWT issued to that key until now) and rewrite
+    auth.conf; the servers apply it on reload (``nats-server --signal reload``) and close
+    that user's connections."""
+    _read_seed(directory, ACCOUNT)  # an initialised authority, or a clear error
+    try:
+        user: str = busauth.creds_user(creds_file.read_text())
+    except (OSError, ValueError, KeyError, IndexError) as exc:
+        raise ConfigurationError(f"{creds_file} is not a readable .creds file") from exc
+    revoked = _revoked(directory)
+    revoked[user] = int(time.time()) + 1  # covers a JWT issued within this second
+    (directory / REVOKED).write_text(json.dumps(revoked, indent=1, sort_keys=True))
+    init(directory, namespace)
+    return user
 
 
 def issue(
@@ -89,6 +131,14 @@ def issue(
     jwt = busauth.user_jwt(account, busauth.public_key(user), name, permissions, expires_at)
     write_private(out, busauth.creds_text(jwt, user), overwrite)
     return out
+
+
+def service(
+    directory: Path, namespace: str, name: str, out: Path, overwrite: bool = False
+) -> tuple[Path, busauth.Permissions]:
+    """A credential for a front end serving every tenant (gateway, MCP server)."""
+    perms = busauth.service_permissions(namespace, name)
+    return issue(directory, f"service {name}", perms, out, None, overwrite), perms
 
 
 def worker(directory: Path, namespace: str, out: Path, overwrite: bool = False) -> Path:
@@ -136,9 +186,28 @@ def _run(a: argparse.Namespace) -> int:
             return 0
         days = getattr(a, "expires_days", None)
         expires = int(time.time() + days * 86400) if days else None
+        if a.action == "revoke":
+            user = revoke(directory, namespace, a.creds)
+            print(
+                f"revoked user {user}; {directory / AUTH_CONF} rewritten: reload every "
+                "nats-server (nats-server --signal reload) to apply it"
+            )
+            return 0
         if a.action == "worker":
             out = worker(directory, namespace, a.out or directory / WORKER_CREDS, a.force)
             print(f"wrote {out} (worker credential; keep it secret)")
+            return 0
+        if a.action == "service":
+            out, perms = service(
+                directory,
+                namespace,
+                a.name,
+                a.out or directory / "creds" / f"service.{token(a.name)}.creds",
+                a.force,
+            )
+            print(f"wrote {out} (keep it secret: it may publish any tenant's turns)")
+            print(f"  may publish: {', '.join(perms.pub)}")
+            print(f"  replies on:  {perms.inbox_prefix}.>")
             return 0
         owner = a.user or a.agent
         out, perms = tenant(
@@ -170,13 +239,19 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         ("init", "create the operator and accounts; write auth.conf and worker.creds"),
         ("create", "issue an agent credential of a tenant (a .creds file)"),
         ("worker", "issue another worker credential"),
+        ("service", "issue a credential for a front end serving every tenant (gateway, MCP)"),
+        ("revoke", "revoke the user of a .creds file (then reload the servers)"),
     ):
         a = actions.add_parser(name, help=help_text)
         a.add_argument("--dir", type=Path, default=None, help="default: <state dir>/nats-auth")
         a.add_argument("--namespace", default=None, help="default: MEMSTREAM_NAMESPACE or mem")
-        if name != "init":
+        if name == "revoke":
+            a.add_argument("creds", type=Path, help="the .creds file to revoke")
+        elif name != "init":
             a.add_argument("--out", type=Path, default=None)
             a.add_argument("--force", action="store_true", help="replace an existing file")
+        if name == "service":
+            a.add_argument("--name", required=True, help="e.g. gateway")
         if name == "create":
             a.add_argument("--tenant", required=True)
             a.add_argument("--user", default=None, help="only this user's turns")

@@ -55,14 +55,20 @@ class EmbeddedNats:
     proc: subprocess.Popen[bytes]
     data_dir: Path | None = None
     extra: list[str] = field(default_factory=list)
+    config: Path | None = None
 
     @classmethod
-    def start(cls, data_dir: Path, extra: list[str] | None = None) -> EmbeddedNats:
-        """``extra``: more nats-server arguments (a cluster's ``--cluster``, ``--routes`` ...)."""
+    def start(
+        cls, data_dir: Path, extra: list[str] | None = None, config: Path | None = None
+    ) -> EmbeddedNats:
+        """``extra``: more nats-server arguments (a cluster's ``--cluster``, ``--routes`` ...).
+        ``config``: a configuration file to load first (the command line's address, ports and
+        JetStream settings win), e.g. the auth.conf of ``memstream creds init``."""
         data_dir.mkdir(parents=True, exist_ok=True)
         port, mport = free_port(), free_port()
         server = cls(f"nats://127.0.0.1:{port}", f"http://127.0.0.1:{mport}", None, data_dir)  # type: ignore[arg-type]
         server.extra = list(extra or [])
+        server.config = config
         server._launch()
         return server
 
@@ -77,6 +83,7 @@ class EmbeddedNats:
         proc = subprocess.Popen(
             [
                 nats_server_binary(),
+                *(["-c", str(self.config)] if self.config else []),
                 "-a",
                 "127.0.0.1",
                 "-p",

@@ -14,6 +14,7 @@ from typing import Any, cast
 
 from pydantic import ValidationError
 
+from memstream.consumers import creds
 from memstream.consumers.app import Worker
 from memstream.consumers.cpulatency import CpuLatencyHold, hold_cpu_latency
 from memstream.consumers.embedded import EmbeddedNats, EmbeddedPostgres
@@ -76,7 +77,11 @@ class Stack:
             if settings.nats_url:
                 nats_url = settings.nats_url
             else:
-                n = await asyncio.to_thread(EmbeddedNats.start, state / "nats")
+                config = None
+                if settings.embedded_bus_auth:
+                    config, worker_creds = await asyncio.to_thread(bus_authority, settings)
+                    settings = settings.model_copy(update={"nats_creds": worker_creds})
+                n = await asyncio.to_thread(EmbeddedNats.start, state / "nats", None, config)
                 embedded.append(n)
                 nats_url = n.url
             if settings.database_url:
@@ -122,6 +127,17 @@ def make_redactor(s: Settings, key: bytes) -> TenantRedactors:
                 f"compile ({type(exc).__name__})"
             ) from None
     return TenantRedactors(Redactor(key), by_tenant)
+
+
+def bus_authority(settings: Settings) -> tuple[Path, Path]:
+    """The embedded bus's authority (created once under the state directory) and a worker
+    credential for this namespace: the server configuration and the worker's .creds file."""
+    authority = settings.state_dir / "nats-auth"
+    creds.init(authority, settings.namespace)
+    worker_creds = creds.worker(
+        authority, settings.namespace, authority / creds.WORKER_CREDS, overwrite=True
+    )
+    return authority / creds.AUTH_CONF, worker_creds
 
 
 def make_worker(
@@ -223,9 +239,8 @@ async def serve(settings: Settings, announce: bool, dev_key: bool = False) -> in
             f"  Postgres  {_redact_dsn(stack.database_url)}\n"
             f"  Qdrant    {qdrant}\n"
             f"  metrics   {ops_url}\n"
-            f"  try:      memstream publish --user alice 'I prefer green tea'\n"
-            f"            memstream recall --user alice 'what tea?'\n"
-            f"Ctrl-C stops everything.",
+            + (_bus_auth_hint(settings) if settings.embedded_bus_auth else _try_hint())
+            + "Ctrl-C stops everything.",
             flush=True,
         )
     # a NATS connection that closed for good (it reconnects forever: only if the client gave
@@ -252,6 +267,24 @@ async def serve(settings: Settings, announce: bool, dev_key: bool = False) -> in
     return code
 
 
+def _try_hint() -> str:
+    return (
+        "  try:      memstream publish --user alice 'I prefer green tea'\n"
+        "            memstream recall --user alice 'what tea?'\n"
+    )
+
+
+def _bus_auth_hint(settings: Settings) -> str:
+    authority = settings.state_dir / "nats-auth"
+    return (
+        f"  bus auth  on (operator mode; authority in {authority})\n"
+        f"  try:      memstream creds create --dir {authority} --tenant acme --out acme.creds\n"
+        "            memstream keys create --tenant acme\n"
+        "            MEMSTREAM_API_KEY=<key> memstream publish --tenant acme --nats-creds "
+        "acme.creds --user alice 'I prefer green tea'\n"
+    )
+
+
 def _redact_dsn(dsn: str) -> str:
     """Hide the password of a DSN for display."""
     if "@" in dsn and ":" in dsn.split("@", 1)[0].split("//", 1)[-1]:
@@ -264,6 +297,12 @@ def _redact_dsn(dsn: str) -> str:
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     dev = sub.add_parser("dev", help="run the whole pipeline (embedded stack unless URLs are set)")
     dev.add_argument("--state-dir", type=Path, default=None)
+    dev.add_argument(
+        "--bus-auth",
+        action="store_true",
+        help="run the embedded NATS in operator mode: tenants apart, credentials and API keys "
+        "required (docs/security.md)",
+    )
     dev.set_defaults(func=lambda a: asyncio.run(serve(_settings(a), announce=True)))
     worker = sub.add_parser("worker", help="run the workers against configured services")
     worker.add_argument("--state-dir", type=Path, default=None)
@@ -280,4 +319,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 def _settings(a: argparse.Namespace) -> Settings:
     s = Settings()
-    return s.model_copy(update={"state_dir": a.state_dir}) if a.state_dir else s
+    update: dict[str, Any] = {"state_dir": a.state_dir} if a.state_dir else {}
+    if getattr(a, "bus_auth", False):
+        update["embedded_bus_auth"] = True
+    return s.model_copy(update=update) if update else s

@@ -27,7 +27,7 @@ import os
 import threading
 from collections.abc import Coroutine, Sequence
 from concurrent.futures import Future
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any, TypeVar
@@ -130,9 +130,12 @@ class MemoryClient:
         never go in ``nats_url``'s place in any message the client produces."""
         self.tenant, self.user, self.agent = tenant, user, agent
         self._url = nats_url or discover_nats_url()
-        auth = nats_auth or NatsAuth.from_env()
-        if nats_creds is not None:
-            auth = replace(auth, creds=Path(nats_creds))
+        try:
+            auth = nats_auth or NatsAuth.from_env()
+            if nats_creds is not None:  # given here, it replaces any credential of the env
+                auth = NatsAuth(creds=Path(nats_creds), inbox_prefix=auth.inbox_prefix)
+        except ValueError as exc:  # two credentials at once: says which variables, no value
+            raise MemoryClientError(str(exc)) from None
         self._connect_options = auth.connect_options()
         self.subjects = Subjects(namespace or os.environ.get("MEMSTREAM_NAMESPACE", "mem"))
         self.recall_timeout, self.publish_timeout = recall_timeout, publish_timeout

@@ -102,6 +102,32 @@ class NatsAuth:
             inbox_prefix=get("INBOX_PREFIX"),
         )
 
+    def __post_init__(self) -> None:
+        given = [
+            name
+            for name, value in (
+                ("CREDS", self.creds),
+                ("NKEY_SEED", self.nkey_seed),
+                ("USER/PASSWORD", self.user or self.password),
+                ("TOKEN", self.token),
+            )
+            if value
+        ]
+        if len(given) > 1:  # the server checks one; which one would be a guess
+            names = ", ".join(f"{ENV}{g}" for g in given)
+            raise ValueError(f"give one NATS credential, not several: {names}")
+
+    @property
+    def method(self) -> str | None:
+        """``creds``, ``nkey``, ``password``, ``token`` or None."""
+        if self.creds:
+            return "creds"
+        if self.nkey_seed:
+            return "nkey"
+        if self.user or self.password:
+            return "password"
+        return "token" if self.token else None
+
     @property
     def configured(self) -> bool:
         """True when any credential is given (the bus is expected to check them)."""

@@ -50,6 +50,9 @@ class Settings(BaseSettings):
     nats_user: str | None = None
     nats_password: SecretStr | None = None
     nats_token: SecretStr | None = None
+    # The embedded NATS (no nats_url) in operator mode, tenants apart (docs/security.md); the
+    # authority is <state_dir>/nats-auth. `memstream dev --bus-auth`.
+    embedded_bus_auth: bool = False
     namespace: str = "mem"  # subject prefix; streams are named after it (MEM_TURNS ...)
     database_url: SecretStr | None = None
     qdrant_url: str | None = None

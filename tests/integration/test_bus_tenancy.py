@@ -7,21 +7,20 @@ credential, still runs the pipeline end to end."""
 from __future__ import annotations
 
 import asyncio
-import subprocess
+import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import nats
 import pytest
 from nats.errors import TimeoutError as NatsTimeout
+from natsservers import NS, Bus, operator_mode_server
 
 from memstream.consumers import creds
 from memstream.consumers.app import Worker
-from memstream.consumers.embedded import free_port, nats_server_binary, wait_for_port
-from memstream.consumers.run import make_vector_index
+from memstream.consumers.run import Stack, make_redactor, make_vector_index, make_worker
 from memstream.pipeline.redact import Redactor
 from memstream.producers.client import MemoryClient, RecallError
 from memstream.producers.connection import NatsAuth, creds_inbox_prefix
@@ -32,44 +31,11 @@ from memstream.storage.postgres import PgStore
 
 pytestmark = pytest.mark.integration
 
-NS = "bus"  # the server is this module's own: one namespace serves every test
-
-
-@dataclass
-class Bus:
-    url: str
-    authority: Path
-    server_log: Path
-
-    def tenant(self, tenant: str, user: str | None = None) -> Path:
-        out = self.authority / "issued" / f"{uuid.uuid4().hex}.creds"
-        return creds.tenant(self.authority, NS, tenant, out, user=user)[0]
-
 
 @pytest.fixture(scope="module")
 def bus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Bus]:
-    """A nats-server with JetStream in operator mode: `creds init`'s auth.conf included."""
-    base = tmp_path_factory.mktemp("bus")
-    authority = base / "authority"
-    creds.init(authority, NS)
-    port = free_port()
-    conf = base / "nats.conf"
-    conf.write_text(
-        f"listen: 127.0.0.1:{port}\n"
-        f'jetstream {{ store_dir: "{base / "js"}" }}\n'
-        f'include "authority/{creds.AUTH_CONF}"\n'  # relative: nats-server joins it to the dir
-    )
-    log = base / "nats-server.log"
-    with log.open("wb") as out:
-        proc = subprocess.Popen(
-            [nats_server_binary(), "-c", str(conf)], stdout=out, stderr=subprocess.STDOUT
-        )
-    try:
-        wait_for_port(port, 15, proc)
-        yield Bus(f"nats://127.0.0.1:{port}", authority, log)
-    finally:
-        proc.terminate()
-        proc.wait(10)
+    with operator_mode_server(tmp_path_factory.mktemp("bus")) as server:
+        yield server
 
 
 class Violations:
@@ -128,7 +94,7 @@ async def test_worker_and_tenant_credentials_run_the_pipeline_end_to_end(
     tenant = f"acme-{uuid.uuid4().hex[:6]}"
     key = await pg.create_api_key(tenant, "agent")
     a_creds = bus.tenant(tenant)
-    assert creds_inbox_prefix(a_creds) == f"_INBOX.{token(tenant)}"
+    assert creds_inbox_prefix(a_creds) == f"_INBOX.t.{token(tenant)}"
     async with MemoryClient(
         tenant, user="alice", nats_url=bus.url, namespace=NS, nats_creds=a_creds, api_key=key
     ) as mem:
@@ -186,7 +152,8 @@ async def test_bus_auth_makes_api_keys_mandatory(bus: Bus, worker: Worker, pg: P
         "$KV.>",
         "$JS.API.>",
         "_INBOX.>",  # every tenant's replies
-        "_INBOX.{b}.>",  # B's replies
+        "_INBOX.t.{b}.>",  # B's replies
+        "_INBOX.s.>",  # the gateway's replies (every tenant's)
         ">",
     ],
 )
@@ -244,7 +211,7 @@ async def test_owner_credential_publishes_only_its_owner_turns(bus: Bus, worker:
     """A credential issued for (tenant, user alice) stores alice's turns, not bob's."""
     a = f"a-{uuid.uuid4().hex[:6]}"
     alice = bus.tenant(a, user="alice")
-    assert creds_inbox_prefix(alice) == f"_INBOX.{token(a)}.alice"
+    assert creds_inbox_prefix(alice) == f"_INBOX.t.{token(a)}.alice"
     async with MemoryClient(
         a, user="alice", nats_url=bus.url, namespace=NS, nats_creds=alice, publish_timeout=1.0
     ) as m:
@@ -265,3 +232,140 @@ async def test_unknown_or_forged_credentials_are_refused(bus: Bus, tmp_path: Pat
             max_reconnect_attempts=0,
             **NatsAuth(creds=forged).connect_options(),
         )
+
+
+async def test_the_worker_answers_only_on_inboxes(bus: Bus, worker: Worker) -> None:
+    """A request whose reply subject is another tenant's turns or a stage gets no answer
+    there: the reply subject is the requester's choice, and the worker may publish into its
+    streams, so it would write where the tenant itself may not."""
+    a, b = f"a-{uuid.uuid4().hex[:6]}", f"b-{uuid.uuid4().hex[:6]}"
+    s = Subjects(NS)
+    js = worker.deps.js
+    streams = [s.stream(k) for k in ("turns", "stages", "dlq")]
+
+    async def last_seqs() -> list[int]:
+        return [(await js.stream_info(name)).state.last_seq for name in streams]
+
+    before = await last_seqs()
+    nc, _ = await connect(bus, bus.tenant(a))
+    body = f'{{"tenant": "{a}", "user": "u", "query": "tea"}}'.encode()
+    command = f'{{"tenant": "{a}", "user": "u"}}'.encode()
+    for reply in (s.turns(b, "u", "s"), s.stage("store", b), s.dlq("store")):
+        await nc.publish(s.recall, body, reply=reply)
+        await nc.publish(s.cmd("list"), command, reply=reply)
+    # answered in order after the refused ones: by then those were handled
+    assert b"unauthorized" in (await nc.request(s.recall, body, timeout=5)).data
+    assert b"unauthorized" in (await nc.request(s.cmd("list"), command, timeout=5)).data
+    assert await last_seqs() == before
+    await nc.close()
+
+
+async def test_a_revoked_credential_is_cut_off_after_a_reload(bus: Bus) -> None:
+    """`creds revoke` + a server reload closes the revoked user's connection and refuses it
+    from then on; another credential of the same tenant goes on working."""
+    a = f"a-{uuid.uuid4().hex[:6]}"
+    leaked, kept = bus.tenant(a), bus.tenant(a)
+    closed = asyncio.Event()
+
+    async def on_closed() -> None:
+        closed.set()
+
+    nc = await nats.connect(
+        bus.url,
+        allow_reconnect=False,
+        closed_cb=on_closed,
+        **NatsAuth(creds=leaked).connect_options(),
+    )
+    creds.revoke(bus.authority, NS, leaked)
+    bus.reload()
+    await asyncio.wait_for(closed.wait(), 10)
+    assert nc.is_closed
+    with pytest.raises(nats.errors.Error):
+        await nats.connect(
+            bus.url,
+            allow_reconnect=False,
+            max_reconnect_attempts=0,
+            **NatsAuth(creds=leaked).connect_options(),
+        )
+    still, errors = await connect(bus, kept)
+    await still.publish(Subjects(NS).turns(a, "u", "s"), b"{}")
+    await still.flush()
+    assert still.is_connected and errors.seen == []
+    await still.close()
+
+
+async def test_a_service_credential_serves_every_tenant_but_reads_nothing(
+    bus: Bus, worker: Worker, pg: PgStore
+) -> None:
+    """The gateway's credential publishes any tenant's turns and asks recall (replies on
+    `_INBOX.s.<name>`), and is refused every stream, stage, KV and API subject."""
+    gateway = creds.service(bus.authority, NS, "gateway", bus.authority / "gw.creds", True)[0]
+    assert creds_inbox_prefix(gateway) == "_INBOX.s.gateway"
+    for tenant in (f"a-{uuid.uuid4().hex[:6]}", f"b-{uuid.uuid4().hex[:6]}"):
+        key = await pg.create_api_key(tenant, "gateway")
+        async with MemoryClient(
+            tenant, user="u", nats_url=bus.url, namespace=NS, nats_creds=gateway, api_key=key
+        ) as m:
+            assert await m.publish_turn([("user", "hello")]) is not None
+            assert (await m.recall("hello")).hits is not None
+    nc, errors = await connect(bus, gateway)
+    for subject in (f"{NS}.turns.>", f"{NS}.stage.>", "$KV.>", "_INBOX.t.>"):
+        await nc.subscribe(subject)
+        await errors.wait_for("subscription", subject)
+    await nc.publish(f"$JS.API.STREAM.INFO.{Subjects(NS).stream('turns')}", b"")
+    await errors.wait_for("publish", f"$JS.API.STREAM.INFO.{Subjects(NS).stream('turns')}")
+    await nc.close()
+
+
+async def test_an_expired_credential_is_refused(bus: Bus) -> None:
+    """A credential past its `--expires-days` cannot connect."""
+    out = bus.authority / "issued" / "expired.creds"
+    creds.tenant(bus.authority, NS, "a", out, expires_at=int(time.time()) - 60)
+    with pytest.raises(nats.errors.Error):
+        await nats.connect(
+            bus.url,
+            allow_reconnect=False,
+            max_reconnect_attempts=0,
+            **NatsAuth(creds=out).connect_options(),
+        )
+
+
+async def test_dev_bus_auth_runs_the_embedded_nats_in_operator_mode(
+    tmp_path: Path, database_url: str, namespace: str, embedder: Any
+) -> None:
+    """`memstream dev --bus-auth`: the embedded nats-server refuses a client without a
+    credential, the worker runs with its own, and a tenant credential issued from the state
+    directory's authority publishes and recalls (with an API key)."""
+    settings = Settings(
+        namespace=namespace,
+        state_dir=tmp_path,
+        database_url=database_url,
+        embedded_bus_auth=True,
+        recall_cache_ttl_s=None,
+    )
+    stack = await Stack.open(settings, schema=namespace, dim=embedder.dim)
+    try:
+        assert stack.settings.nats_creds == tmp_path / "nats-auth" / creds.WORKER_CREDS
+        with pytest.raises(nats.errors.Error):
+            await nats.connect(stack.nats_url, allow_reconnect=False, max_reconnect_attempts=0)
+        w = make_worker(stack, embedder, make_redactor(stack.settings, b"k" * 32))
+        await w.vectors.ensure(embedder.dim)
+        await w.start()
+        try:
+            out = tmp_path / "acme.creds"
+            creds.tenant(tmp_path / "nats-auth", namespace, "acme", out)
+            key = await stack.pg.create_api_key("acme", "agent")
+            async with MemoryClient(
+                "acme",
+                user="alice",
+                nats_url=stack.nats_url,
+                namespace=namespace,
+                nats_creds=out,
+                api_key=key,
+            ) as m:
+                assert await m.publish_turn([("user", "I prefer green tea")]) is not None
+                assert (await m.recall("tea")).hits is not None
+        finally:
+            await w.stop()
+    finally:
+        await stack.close()
