@@ -12,6 +12,7 @@ import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import nats
 
@@ -45,10 +46,10 @@ class Bench:
     stack: Stack
     worker: Worker
 
-    def client(self, tenant: str, **kw: object) -> MemoryClient:
+    def client(self, tenant: str, **kw: Any) -> MemoryClient:
         return MemoryClient(
             tenant, nats_url=self.stack.nats_url, namespace=self.settings.namespace, **kw
-        )  # type: ignore[arg-type]
+        )
 
     async def drained(self) -> bool:
         return await drained(self.worker.deps.js, self.settings)
