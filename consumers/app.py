@@ -28,7 +28,7 @@ from memstream.consumers.recall import RecallService, error_reply
 from memstream.consumers.stages import STAGE_WORK, Deps, StageRunner
 from memstream.pipeline.redact import Redactor
 from memstream.schemas.commands import VERBS
-from memstream.schemas.errors import ErrorCode, MemstreamError
+from memstream.schemas.errors import ErrorCode, MemstreamError, PermanentError
 from memstream.schemas.memory import MemoryEvent
 from memstream.schemas.recall import RecallRequest
 from memstream.schemas.settings import Settings
@@ -163,6 +163,9 @@ class Worker:
             return cached
         try:
             reply = await self.recall.recall(req)
+        except PermanentError as exc:
+            self.recall.failed += 1
+            return error_reply(ErrorCode.BAD_REQUEST, f"recall was refused: {exc}")
         except MemstreamError:
             self.recall.failed += 1
             return error_reply(ErrorCode.UNAVAILABLE, "recall is unavailable: no store answered")

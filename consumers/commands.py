@@ -34,7 +34,7 @@ from memstream.schemas.commands import (
     SessionRequest,
 )
 from memstream.schemas.commands import CommandReply as Reply
-from memstream.schemas.errors import ErrorCode, MemstreamError
+from memstream.schemas.errors import ErrorCode, MemstreamError, PermanentError
 from memstream.schemas.ids import derived_id
 from memstream.schemas.memory import Candidate, MemoryEvent, MemoryType, Owner, Scope
 from memstream.schemas.recall import RecallRequest
@@ -93,6 +93,8 @@ class CommandService:
             reply = await self.handlers[verb](req)
         except NotFound as exc:
             return error_reply(ErrorCode.NOT_FOUND, str(exc))
+        except PermanentError as exc:  # the request's own values were refused by a store
+            return error_reply(ErrorCode.BAD_REQUEST, f"{verb} was refused: {exc}")
         except MemstreamError:
             return error_reply(
                 ErrorCode.UNAVAILABLE, f"{verb} is unavailable: a store did not answer"

@@ -3,7 +3,9 @@
 A dead-lettered message keeps its body and, in headers, the stage, the reason and the subject
 it came from. ``replay`` publishes each back to that subject (a fresh ``Nats-Msg-Id``, so the
 duplicate window does not drop it) and deletes it from the dead-letter stream once the PubAck
-arrived. Every write downstream is idempotent, so replaying twice changes nothing.
+arrived. Every write downstream is idempotent, so replaying twice changes nothing. Only the
+namespace's own turn and stage subjects are accepted as targets: a header naming anything else
+(``mem.events.*``, another namespace, a request subject) is refused and the message stays.
 """
 
 from __future__ import annotations
@@ -82,15 +84,21 @@ async def run(a: argparse.Namespace, settings: Settings, nats_url: str) -> int:
                 print(json.dumps(row))
             print(f"{len(msgs)} dead-lettered message(s)")
             return 0
-        replayed = 0
+        replayed = refused = 0
         for m in msgs:
             subject = (m.headers or {}).get(DLQ_SUBJECT_HEADER)
-            if not subject:
+            if not subject or not s.replayable(subject):
+                refused += 1  # kept in the dead-letter stream, for a person to look at
                 continue
             await js.publish(subject, m.data, headers={MSG_ID_HEADER: f"replay:{uuid.uuid4()}"})
             await js.delete_msg(s.stream("dlq"), m.metadata.sequence.stream)
             replayed += 1
         print(f"replayed {replayed} message(s)")
+        if refused:
+            print(
+                f"refused {refused} message(s) whose {DLQ_SUBJECT_HEADER} is not a turn or "
+                "stage subject of this namespace (left in the dead-letter stream)"
+            )
         return 0
     finally:
         await nc.close()

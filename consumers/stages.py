@@ -38,6 +38,7 @@ from memstream.schemas.subjects import (
     DLQ_SUBJECT_HEADER,
     MSG_ID_HEADER,
     Subjects,
+    msg_id,
 )
 from memstream.storage.ports import Embedder, VectorFilter, VectorIndex
 from memstream.storage.postgres import OwnerFilter, PgStore
@@ -108,7 +109,7 @@ class Deps:
         )
 
 
-Work = Callable[[Deps, bytes], Awaitable[int]]
+Work = Callable[[Deps, bytes, str], Awaitable[int]]  # (deps, body, subject) -> outputs
 
 
 class StageRunner:
@@ -124,7 +125,7 @@ class StageRunner:
         started = time.perf_counter()
         self.metrics.processed += 1
         try:
-            outputs = await self.work(self.deps, msg.body)
+            outputs = await self.work(self.deps, msg.body, raw.subject)
         except PermanentError as exc:
             await self._dead_letter(msg, str(exc))
         except TransientError as exc:
@@ -174,8 +175,16 @@ class StageRunner:
 # --- the four stages -----------------------------------------------------------------------
 
 
-async def extract_work(deps: Deps, body: bytes) -> int:
+def _on_stage(deps: Deps, subject: str, stage: str, c: Candidate) -> Candidate:
+    if why := deps.subjects.stage_mismatch(subject, stage, c.owner.tenant):
+        raise InvalidMessage(why)
+    return c
+
+
+async def extract_work(deps: Deps, body: bytes, subject: str) -> int:
     event = decode(TurnEvent, body)
+    if why := deps.subjects.turn_mismatch(subject, event.tenant, event.owner, event.session):
+        raise InvalidMessage(why)
     owner = Owner(tenant=event.tenant, user=event.user, agent=event.agent)
     if await deps.pg.is_memory_off(event.tenant, owner.key, event.session):
         return 0  # memory is off for this session: the turn is consumed, nothing is stored
@@ -183,7 +192,9 @@ async def extract_work(deps: Deps, body: bytes) -> int:
     await asyncio.gather(
         *(
             deps.publish(
-                deps.subjects.stage("redact", c.owner.tenant), c, f"redact:{c.candidate_id}"
+                deps.subjects.stage("redact", c.owner.tenant),
+                c,
+                msg_id(c.owner.tenant, f"redact:{c.candidate_id}"),
             )
             for c in candidates
         )
@@ -209,12 +220,15 @@ def _redact_candidate(deps: Deps, c: Candidate) -> Candidate:
     )
 
 
-async def redact_work(deps: Deps, body: bytes) -> int:
-    c = _redact_candidate(deps, decode(Candidate, body))
+async def redact_work(deps: Deps, body: bytes, subject: str) -> int:
+    c = _redact_candidate(deps, _on_stage(deps, subject, "redact", decode(Candidate, body)))
     metrics = deps.metrics["redact"].redactions
     for label, n in c.redactions.items():
         metrics[label] = metrics.get(label, 0) + n
-    await deps.publish(deps.subjects.stage("dedupe", c.owner.tenant), c, f"dedupe:{c.candidate_id}")
+    tenant = c.owner.tenant
+    await deps.publish(
+        deps.subjects.stage("dedupe", tenant), c, msg_id(tenant, f"dedupe:{c.candidate_id}")
+    )
     return 1
 
 
@@ -239,8 +253,8 @@ async def _merged(deps: Deps, c: Candidate, memory_id: str) -> None:
     await deps.emit(event_of(c, "merged", memory_id, deps.clock()), c.source_event_id)
 
 
-async def dedupe_work(deps: Deps, body: bytes) -> int:
-    c = decode(Candidate, body)
+async def dedupe_work(deps: Deps, body: bytes, subject: str) -> int:
+    c = _on_stage(deps, subject, "dedupe", decode(Candidate, body))
     if not c.redacted:
         raise PermanentError("candidate reached dedupe without passing redact")
     keyed = dedupe.key(c)
@@ -270,12 +284,15 @@ async def dedupe_work(deps: Deps, body: bytes) -> int:
     if similar is not None and await deps.pg.merge(c.owner.tenant, similar, c.source_event_id):
         await _merged(deps, c, similar)
         return 0
-    await deps.publish(deps.subjects.stage("store", c.owner.tenant), c, f"store:{c.candidate_id}")
+    tenant = c.owner.tenant
+    await deps.publish(
+        deps.subjects.stage("store", tenant), c, msg_id(tenant, f"store:{c.candidate_id}")
+    )
     return 1
 
 
-async def store_work(deps: Deps, body: bytes) -> int:
-    c = decode(Candidate, body)
+async def store_work(deps: Deps, body: bytes, subject: str) -> int:
+    c = _on_stage(deps, subject, "store", decode(Candidate, body))
     if not c.redacted:
         raise PermanentError("candidate reached store without passing redact")
     expires = lifecycle.expires_at(c, deps.clock(), deps.settings.ttl_s)

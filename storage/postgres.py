@@ -7,12 +7,13 @@ translated here, once: connection failures become ``StorageUnavailable``.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import re
 import secrets
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from importlib import resources
@@ -20,7 +21,7 @@ from typing import Any
 
 import asyncpg
 
-from memstream.schemas.errors import StorageUnavailable
+from memstream.schemas.errors import DataRejected, StorageUnavailable
 from memstream.schemas.memory import Candidate, MemoryRecord, MemoryType, Scope
 
 _MIGRATION_LOCK = 0x6D656D73  # "mems"
@@ -35,6 +36,18 @@ _TRANSIENT = (
     asyncpg.exceptions.SerializationError,
     TimeoutError,
 )
+
+# The values themselves are refused (SQLSTATE class 22: NUL in text 22021, \u0000 in jsonb
+# 22P05, NaN in jsonb 22P02 ...; class 54: a tsvector or index row over the size limits):
+# the same message fails the same way every time, so it is permanent.
+_PERMANENT = (asyncpg.exceptions.DataError, asyncpg.exceptions.ProgramLimitExceededError)
+
+
+def _rejected(exc: asyncpg.PostgresError) -> DataRejected:
+    """The SQLSTATE and its class name only: a driver message may quote the value."""
+    return DataRejected(
+        f"postgres refused the data: SQLSTATE {exc.sqlstate} ({type(exc).__name__})"
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -238,6 +251,19 @@ class PgStore:
             return list(await self._pool.fetch(sql, *args))
         except _TRANSIENT as exc:
             raise StorageUnavailable("postgres did not answer") from exc
+        except _PERMANENT as exc:
+            raise _rejected(exc) from exc
+
+    @contextlib.asynccontextmanager
+    async def _transaction(self) -> AsyncIterator[Any]:
+        """A pooled connection inside a transaction, driver errors translated here."""
+        try:
+            async with self._pool.acquire() as con, con.transaction():
+                yield con
+        except _TRANSIENT as exc:
+            raise StorageUnavailable("postgres did not answer") from exc
+        except _PERMANENT as exc:
+            raise _rejected(exc) from exc
 
     async def exists(self, tenant: str, memory_id: str) -> bool:
         rows = await self._fetch(
@@ -297,7 +323,7 @@ class PgStore:
             list(c.tags),
         )
         try:
-            async with self._pool.acquire() as con, con.transaction():
+            async with self._transaction() as con:
                 inserted: bool = await con.fetchval(sql, *args)
                 kind = "stored" if inserted else "merged"
                 await self._event(
@@ -350,6 +376,8 @@ class PgStore:
                 await self._event(con, tenant, memory_id, kind, cause, detail or {})
         except _TRANSIENT as exc:
             raise StorageUnavailable("postgres did not answer") from exc
+        except _PERMANENT as exc:
+            raise _rejected(exc) from exc
 
     async def events_for(self, tenant: str, memory_id: str | None = None) -> list[dict[str, Any]]:
         """The audit trail of one memory (or a tenant), oldest first."""
@@ -419,7 +447,7 @@ class PgStore:
 
     async def merge(self, tenant: str, memory_id: str, source_event_id: str) -> bool:
         """Fold a near-duplicate's source event into an existing live memory."""
-        async with self._pool.acquire() as con, con.transaction():
+        async with self._transaction() as con:
             row = await con.fetchrow(
                 "UPDATE memories SET source_event_ids = CASE WHEN $3 = ANY(source_event_ids) "
                 "THEN source_event_ids ELSE source_event_ids || $3::text END, updated_at = $4, "
@@ -591,7 +619,7 @@ class PgStore:
         """Pin (ranks first, never expires) or unpin; None when not the caller's memory."""
         args: list[Any] = [memory_id, pinned]
         where = _where(flt, args, self.clock(), live=False)
-        async with self._pool.acquire() as con, con.transaction():
+        async with self._transaction() as con:
             row = await con.fetchrow(
                 f"UPDATE memories SET pinned = $2, updated_at = now() WHERE id = $1 AND {where} "
                 f"RETURNING {_COLUMNS}",
@@ -607,7 +635,7 @@ class PgStore:
         """Forget one memory: tombstoned now, hidden from every read."""
         args: list[Any] = [memory_id, self.clock()]
         where = _where(flt, args, self.clock(), live=False)
-        async with self._pool.acquire() as con, con.transaction():
+        async with self._transaction() as con:
             row = await con.fetchrow(
                 f"UPDATE memories SET deleted_at = $2, updated_at = $2 WHERE id = $1 AND {where} "
                 "RETURNING id",
@@ -623,7 +651,7 @@ class PgStore:
         Returns the ids removed; one audit row records the erasure (no content)."""
         args: list[Any] = []
         where = _where(flt, args, self.clock(), live=False).replace("deleted_at IS NULL", "true")
-        async with self._pool.acquire() as con, con.transaction():
+        async with self._transaction() as con:
             rows = await con.fetch(f"DELETE FROM memories WHERE {where} RETURNING id", *args)
             ids = [str(r["id"]) for r in rows]
             await self._event(
@@ -657,7 +685,7 @@ class PgStore:
         """Insert a fact version valid from ``valid_from``; the version current until then is
         closed (valid_to, superseded_by). Returns the closed version, if any."""
         owner = OwnerFilter(tenant=c.owner.tenant, user=c.owner.user, agent=c.owner.agent)
-        async with self._pool.acquire() as con, con.transaction():
+        async with self._transaction() as con:
             args: list[Any] = [key, memory_id]
             where = _where(owner, args, self.clock(), live=False)
             old = await con.fetchrow(
@@ -780,7 +808,7 @@ class PgStore:
     ) -> list[tuple[str, str, str | None, str | None]]:
         """Delete memories past expires_at (pinned ones never expire); returns
         (tenant, id, user, agent) of each removed."""
-        async with self._pool.acquire() as con, con.transaction():
+        async with self._transaction() as con:
             rows = await con.fetch(
                 "DELETE FROM memories WHERE id IN (SELECT id FROM memories WHERE expires_at <= $1 "
                 "AND NOT pinned LIMIT $2) RETURNING tenant, id, user_id, agent_id",
