@@ -19,7 +19,7 @@ from faststream.nats import JStream, NatsBroker, PullSub
 from faststream.nats.annotations import NatsMessage
 from pydantic import ValidationError
 
-from memstream.consumers import indexing, topology
+from memstream.consumers import deletions, indexing, topology
 from memstream.consumers.auth import Authenticator
 from memstream.consumers.cache import RecallCache
 from memstream.consumers.commands import CommandService
@@ -184,7 +184,11 @@ class Worker:
         task.add_done_callback(self._tasks.discard)
 
     async def reconcile_once(self) -> int:
-        """Index memories kept in Postgres while the vector index was down."""
+        """Delete the points of memories forgotten, erased, superseded or expired whose delete
+        did not happen (index down, process died: ``deletions``), then index memories kept in
+        Postgres while the vector index was down. Returns how many were indexed."""
+        if removed := await deletions.drain(self.pg, self.vectors):
+            log.info("reconcile.deleted", count=removed)
         pending = await self.pg.unindexed()
         if pending:
             await indexing.index(self.pg, self.vectors, self.embedder, pending)
@@ -198,7 +202,7 @@ class Worker:
         for tenant, mid, _, _ in removed:
             by_tenant.setdefault(tenant, []).append(mid)
         for tenant, ids in by_tenant.items():
-            await self.vectors.delete(tenant, ids)
+            await deletions.delete_points(self.pg, self.vectors, tenant, ids)
         for tenant, mid, user, agent in removed:
             event = MemoryEvent(
                 kind="expired",

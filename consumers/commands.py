@@ -15,6 +15,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from memstream.consumers.auth import Authenticator
+from memstream.consumers.deletions import delete_points
 from memstream.consumers.dlq import belongs_to, dead_letters
 from memstream.consumers.logs import log
 from memstream.consumers.recall import RecallService, error_reply
@@ -34,7 +35,7 @@ from memstream.schemas.commands import (
     SessionRequest,
 )
 from memstream.schemas.commands import CommandReply as Reply
-from memstream.schemas.errors import ErrorCode, MemstreamError, PermanentError
+from memstream.schemas.errors import ErrorCode, MemstreamError, PermanentError, TransientError
 from memstream.schemas.ids import derived_id
 from memstream.schemas.memory import Candidate, MemoryEvent, MemoryType, Owner, Scope
 from memstream.schemas.recall import RecallRequest
@@ -136,7 +137,12 @@ class CommandService:
         )
 
     async def _index(self, memory_id: str, c: Candidate) -> None:
-        await self.deps.reindex(c.owner.tenant, [memory_id])
+        """Index a new memory now; when the index does not answer, the row stays unindexed
+        in Postgres and the reconciler indexes it (as the store stage does)."""
+        try:
+            await self.deps.reindex(c.owner.tenant, [memory_id])
+        except TransientError as exc:
+            log.warning("command.vector_deferred", reason=type(exc).__name__)
 
     # --- verbs ------------------------------------------------------------------------------
 
@@ -219,15 +225,14 @@ class CommandService:
         """Tombstone one memory: gone from recall and from the vector index at once."""
         if not await self.deps.pg.tombstone(owner_filter(r), r.id):
             raise NotFound("no such memory")
-        await self.deps.vectors.delete(r.tenant, [r.id])
+        await delete_points(self.deps.pg, self.deps.vectors, r.tenant, [r.id])
         await self._emit("forgotten", r, r.id, "tombstone")
         return Reply(counts={"memories": 1})
 
     async def forget_owner(self, r: ForgetOwnerRequest) -> Reply:
         """Erasure: the owner's (or one session's) memories, vectors and raw turns."""
         ids = await self.deps.pg.erase(owner_filter(r, r.session))
-        if ids:
-            await self.deps.vectors.delete(r.tenant, ids)
+        await delete_points(self.deps.pg, self.deps.vectors, r.tenant, ids)
         turns = await self._purge_turns(r)
         dead = await self._purge_dead_letters(r)
         await self._emit(
@@ -294,14 +299,18 @@ class CommandService:
         mid = derived_id(
             r.tenant, r.user or "", r.agent or "", "fact", key, valid_from.isoformat(), c.content
         )
-        old = await self.deps.pg.put_fact(mid, dedupe.key(c).content_hash, c, key, valid_from)
+        old, current = await self.deps.pg.put_fact(
+            mid, dedupe.key(c).content_hash, c, key, valid_from
+        )
         if old is not None:
-            await self.deps.vectors.delete(r.tenant, [old.id])
+            await delete_points(self.deps.pg, self.deps.vectors, r.tenant, [old.id])
             await self._emit("superseded", r, old.id, mid, MemoryType.FACT, by=mid)
-        await self._index(mid, c)
-        await self._emit("stored", r, mid, c.source_event_id, MemoryType.FACT, fact_key=key)
+        if current == mid:  # else the value was current already: a retry, nothing changed
+            await self._index(mid, c)
+            await self._emit("stored", r, mid, c.source_event_id, MemoryType.FACT, fact_key=key)
         return Reply(
-            memory=await self.deps.pg.get(flt, mid), detail={"superseded": old.id if old else None}
+            memory=await self.deps.pg.get(flt, current),
+            detail={"superseded": old.id if old else None},
         )
 
     async def fact_update(self, r: FactPutRequest) -> Reply:

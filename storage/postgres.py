@@ -50,6 +50,18 @@ def _rejected(exc: asyncpg.PostgresError) -> DataRejected:
     )
 
 
+async def _queue_vector_deletes(con: Any, tenant: str, ids: Sequence[str]) -> None:
+    """Queue the points of ``ids`` for deletion, inside the caller's transaction: the memory
+    change and the promise to delete its point commit together (``vector_deletes``)."""
+    if ids:
+        await con.execute(
+            "INSERT INTO vector_deletes (tenant, memory_id) SELECT $1, unnest($2::uuid[]) "
+            "ON CONFLICT DO NOTHING",
+            tenant,
+            list(ids),
+        )
+
+
 @dataclass(frozen=True, slots=True)
 class OwnerFilter:
     """Tenant always; user/agent/session narrow when set."""
@@ -643,6 +655,7 @@ class PgStore:
             )
             if row is None:
                 return False
+            await _queue_vector_deletes(con, flt.tenant, [memory_id])
             await self._event(con, flt.tenant, memory_id, "forgotten", "tombstone", {})
         return True
 
@@ -654,6 +667,7 @@ class PgStore:
         async with self._transaction() as con:
             rows = await con.fetch(f"DELETE FROM memories WHERE {where} RETURNING id", *args)
             ids = [str(r["id"]) for r in rows]
+            await _queue_vector_deletes(con, flt.tenant, ids)
             await self._event(
                 con,
                 flt.tenant,
@@ -681,9 +695,12 @@ class PgStore:
 
     async def put_fact(
         self, memory_id: str, content_hash: str, c: Candidate, key: str, valid_from: datetime
-    ) -> MemoryRecord | None:
+    ) -> tuple[MemoryRecord | None, str]:
         """Insert a fact version valid from ``valid_from``; the version current until then is
-        closed (valid_to, superseded_by). Returns the closed version, if any."""
+        closed (valid_to, superseded_by) and its point queued for deletion. Returns (the closed
+        version or None, the id of the current version). Putting the value the current
+        version already holds changes nothing (a retried put): (None, its id). A value held
+        by an earlier, closed version opens a new version (A, B, then A again)."""
         owner = OwnerFilter(tenant=c.owner.tenant, user=c.owner.user, agent=c.owner.agent)
         async with self._transaction() as con:
             args: list[Any] = [key, memory_id]
@@ -693,12 +710,14 @@ class PgStore:
                 f"superseded_by IS NULL AND valid_to IS NULL AND {where} FOR UPDATE",
                 *args,
             )
+            if old is not None and old["content_hash"] == content_hash:
+                return None, str(old["id"])
             await con.execute(
                 """INSERT INTO memories (id, tenant, user_id, agent_id, session, scope, type,
                     content, content_hash, source_event_ids, metadata, occurred_at, fact_key,
-                    valid_from, created_at, updated_at, importance, confidence)
+                    valid_from, created_at, updated_at, importance, confidence, project)
                 VALUES ($1,$2,$3,$4,$5,$6,'fact',$7,$8,ARRAY[$9::text],$10::jsonb,$11,$12,$13,
-                        $14,$14,$15,1.0)
+                        $14,$14,$15,1.0,$16)
                 ON CONFLICT (id) DO NOTHING""",
                 memory_id,
                 c.owner.tenant,
@@ -715,6 +734,7 @@ class PgStore:
                 valid_from,
                 self.clock(),
                 c.importance,
+                c.project,
             )
             if old is not None:
                 await con.execute(
@@ -725,6 +745,7 @@ class PgStore:
                     memory_id,
                     self.clock(),
                 )
+                await _queue_vector_deletes(con, c.owner.tenant, [str(old["id"])])
                 await self._event(
                     con,
                     c.owner.tenant,
@@ -741,7 +762,7 @@ class PgStore:
                 c.source_event_id,
                 {"fact_key": key, "supersedes": str(old["id"]) if old else None},
             )
-        return _record(old) if old is not None else None
+        return (_record(old) if old is not None else None), memory_id
 
     async def fact_history(self, flt: OwnerFilter, key: str) -> list[MemoryRecord]:
         """Every version of a fact, oldest first."""
@@ -816,8 +837,36 @@ class PgStore:
                 limit,
             )
             for r in rows:
+                await _queue_vector_deletes(con, r["tenant"], [str(r["id"])])
                 await self._event(con, r["tenant"], str(r["id"]), "expired", "sweeper", {})
         return [(r["tenant"], str(r["id"]), r["user_id"], r["agent_id"]) for r in rows]
+
+    async def pending_vector_deletes(self, limit: int = 1000) -> dict[str, list[str]]:
+        """Points still to delete (queued with their memory's change), by tenant."""
+        rows = await self._fetch(
+            "SELECT tenant, memory_id FROM vector_deletes ORDER BY at LIMIT $1", limit
+        )
+        out: dict[str, list[str]] = {}
+        for r in rows:
+            out.setdefault(r["tenant"], []).append(str(r["memory_id"]))
+        return out
+
+    async def vector_deletes_done(self, tenant: str, ids: Sequence[str]) -> None:
+        """The points of ``ids`` are deleted: drop them from the queue. A memory among them
+        that is live again (re-stored after it was forgotten) may have been indexed before
+        the delete ran, so it is marked unindexed and the reconciler indexes it again."""
+        async with self._transaction() as con:
+            await con.execute(
+                "DELETE FROM vector_deletes WHERE tenant = $1 AND memory_id = ANY($2::uuid[])",
+                tenant,
+                list(ids),
+            )
+            await con.execute(
+                "UPDATE memories SET indexed = false WHERE tenant = $1 AND id = ANY($2::uuid[]) "
+                "AND deleted_at IS NULL AND superseded_by IS NULL AND indexed",
+                tenant,
+                list(ids),
+            )
 
     # --- tenant credentials ----------------------------------------------------------------
 
