@@ -212,7 +212,7 @@ class Worker:
                 memory_id=mid,
                 at=self.deps.clock(),
             )
-            await self.deps.emit(event, "sweeper")
+            await self.deps.emit(event, "sweeper", shared=True)
         if removed:
             log.info("sweep.expired", count=len(removed))
         return len(removed)

@@ -16,8 +16,9 @@ from pydantic import ValidationError
 
 from memstream.consumers.auth import Authenticator
 from memstream.consumers.deletions import delete_points
-from memstream.consumers.dlq import belongs_to, dead_letters
+from memstream.consumers.dlq import belongs_to, dead_letters, stored
 from memstream.consumers.logs import log
+from memstream.consumers.offload import offload
 from memstream.consumers.recall import RecallService, error_reply
 from memstream.consumers.stages import Deps, _redact_candidate
 from memstream.pipeline import dedupe, lifecycle
@@ -47,7 +48,14 @@ class NotFound(Exception):
 
 
 def owner_filter(c: Caller, session: str | None = None) -> OwnerFilter:
+    """The caller's own memories, exactly: what writes may touch."""
     return OwnerFilter(tenant=c.tenant, user=c.user, agent=c.agent, session=session)
+
+
+def read_filter(c: Caller) -> OwnerFilter:
+    """The caller's own memories plus the shared ones (tenant ``global``, the caller's
+    project's ``project``): what reads see."""
+    return OwnerFilter(tenant=c.tenant, user=c.user, agent=c.agent, project=c.project, shared=True)
 
 
 def _sanitized(exc: ValidationError) -> str:
@@ -121,7 +129,8 @@ class CommandService:
         **detail: Any,
     ) -> None:
         """Publish what happened on mem.events.<tenant> (this also invalidates the owner's
-        cached recall queries)."""
+        cached recall queries, and the tenant's: commands are rare, and the memory may be a
+        shared one other owners read)."""
         await self.deps.emit(
             MemoryEvent(
                 kind=kind,
@@ -134,6 +143,7 @@ class CommandService:
                 detail=detail,
             ),
             cause,
+            shared=True,
         )
 
     async def _index(self, memory_id: str, c: Candidate) -> None:
@@ -153,6 +163,7 @@ class CommandService:
         c = Candidate(
             candidate_id=cid,
             owner=Owner(tenant=r.tenant, user=r.user, agent=r.agent),
+            project=r.project,
             session=r.session,
             type=r.type,
             scope=r.scope,
@@ -167,7 +178,7 @@ class CommandService:
             pinned=r.pinned,
             expires_at=r.expires_at,
         )
-        c = _redact_candidate(self.deps, c)
+        c = await offload(len(r.content), _redact_candidate, self.deps, c)
         c = c.model_copy(
             update={"expires_at": lifecycle.expires_at(c, now, self.deps.settings.ttl_s)}
         )
@@ -182,7 +193,7 @@ class CommandService:
         return Reply(memory=await self.deps.pg.get(owner_filter(r), k.memory_id))
 
     async def get(self, r: IdRequest) -> Reply:
-        m = await self.deps.pg.get(owner_filter(r), r.id)
+        m = await self.deps.pg.get(read_filter(r), r.id)
         if m is None:
             raise NotFound("no such memory")
         return Reply(memory=m)
@@ -192,6 +203,8 @@ class CommandService:
             tenant=r.tenant,
             user=r.user,
             agent=r.agent,
+            project=r.project,
+            shared=True,
             session=r.session,
             types=tuple(r.types),
             scopes=tuple(r.scopes),
@@ -261,17 +274,22 @@ class CommandService:
         return removed
 
     async def _purge_turns(self, r: ForgetOwnerRequest) -> int:
+        """The owner's raw turns (or one session's). The subject's owner token is the user,
+        else the agent, so (alice, bot), (alice, other) and agent 'alice' share it: the
+        bodies are read and only this exact owner's turns are deleted."""
         s = self.deps.subjects
-        owner = r.user or r.agent or "_"
+        token = r.user or r.agent or "_"
         if r.session is None:
-            subject = s.turns_filter(r.tenant, owner)
+            subject = s.turns_filter(r.tenant, token)
         else:
-            subject = s.turns(r.tenant, owner, r.session)
+            subject = s.turns(r.tenant, token, r.session)
         stream = s.stream("turns")
-        info = await self.deps.js.stream_info(stream, subjects_filter=subject)
-        held = sum((info.state.subjects or {}).values())
-        await self.deps.js.purge_stream(stream, subject=subject)
-        return held
+        removed = 0
+        for m in await stored(self.deps.js, stream, subject, 1_000_000):
+            if belongs_to(m.data, r.tenant, r.user, r.agent, r.session):
+                await self.deps.js.delete_msg(stream, m.metadata.sequence.stream)
+                removed += 1
+        return removed
 
     async def fact_put(self, r: FactPutRequest, must_exist: bool = False) -> Reply:
         """A new version of fact ``key``; the current one is closed (valid_to, superseded_by)."""
@@ -361,10 +379,11 @@ class CommandService:
         if not r.target_agent:
             raise NotFound("peer_query needs target_agent")
         req = RecallRequest(tenant=r.tenant, agent=r.target_agent, query=r.query, top_k=r.top_k)
-        return Reply(recall=await self.recall.recall(req, touch=False))
+        flt = OwnerFilter(tenant=r.tenant, agent=r.target_agent, peer=True)
+        return Reply(recall=await self.recall.recall(req, touch=False, owner=flt))
 
     async def peer_query_any(self, r: PeerQueryRequest) -> Reply:
         """Read every agent's memories except the caller's; never counts as an access."""
         req = RecallRequest(tenant=r.tenant, agent=r.agent or "*", query=r.query, top_k=r.top_k)
-        flt = OwnerFilter(tenant=r.tenant, exclude_agent=r.agent)
+        flt = OwnerFilter(tenant=r.tenant, peer=True, exclude_agent=r.agent)
         return Reply(recall=await self.recall.recall(req, touch=False, owner=flt))

@@ -32,8 +32,9 @@ from memstream.schemas.subjects import (
 def belongs_to(
     body: bytes, tenant: str, user: str | None, agent: str | None, session: str | None
 ) -> bool:
-    """Whether a dead-lettered body (a turn event or a candidate) is the owner's (and, when
-    given, the session's). Bodies that do not decode belong to nobody."""
+    """Whether a stored body (a turn event or a candidate) is exactly this owner's: same
+    user and same agent, an unset one matching only an unset one (and, when given, the
+    session's). Bodies that do not decode belong to nobody."""
     try:
         data = json.loads(body)
     except ValueError:
@@ -43,16 +44,19 @@ def belongs_to(
     owner = data.get("owner") if isinstance(data.get("owner"), dict) else data
     if owner.get("tenant") != tenant:
         return False
-    if user is not None and owner.get("user") != user:
-        return False
-    if agent is not None and owner.get("agent") != agent:
+    if owner.get("user") != user or owner.get("agent") != agent:
         return False
     return session is None or data.get("session") == session
 
 
 async def dead_letters(js: Any, s: Subjects, stage: str | None, limit: int) -> list[Any]:
     """Up to ``limit`` dead-lettered messages (oldest first), without consuming them."""
-    sub = await js.subscribe(s.dlq(stage), stream=s.stream("dlq"), ordered_consumer=True)
+    return await stored(js, s.stream("dlq"), s.dlq(stage), limit)
+
+
+async def stored(js: Any, stream: str, subject: str, limit: int) -> list[Any]:
+    """Up to ``limit`` messages of ``stream`` on ``subject`` (oldest first), unconsumed."""
+    sub = await js.subscribe(subject, stream=stream, ordered_consumer=True)
     out = []
     try:
         while len(out) < limit:

@@ -24,15 +24,17 @@ from pydantic import BaseModel, ValidationError
 from memstream.consumers import indexing
 from memstream.consumers.cache import RecallCache
 from memstream.consumers.logs import log
+from memstream.consumers.offload import offload
 from memstream.pipeline import dedupe, lifecycle
 from memstream.pipeline.extract import extract
 from memstream.pipeline.lexical import dated
 from memstream.pipeline.redact import Redactor
 from memstream.schemas.errors import InvalidMessage, PermanentError, TransientError
 from memstream.schemas.events import TurnEvent
-from memstream.schemas.memory import Candidate, MemoryEvent, Owner
+from memstream.schemas.memory import SHARED_SCOPES, Candidate, MemoryEvent, Owner
 from memstream.schemas.settings import Settings
 from memstream.schemas.subjects import (
+    DLQ_BODY_HEADER,
     DLQ_REASON_HEADER,
     DLQ_STAGE_HEADER,
     DLQ_SUBJECT_HEADER,
@@ -91,11 +93,12 @@ class Deps:
             self.pg, self.vectors, self.embedder, list(rows.values()), followers=followers
         )
 
-    async def emit(self, event: MemoryEvent, cause: str) -> None:
+    async def emit(self, event: MemoryEvent, cause: str, shared: bool = False) -> None:
         """Publish a memory event on ``mem.events.<tenant>`` (deduplicated by cause) and
-        invalidate the owner's cached recall queries."""
+        invalidate the owner's cached recall queries (``shared``: the tenant's, for a memory
+        other owners read)."""
         if self.cache is not None:
-            await self.cache.bump(event.tenant, event.user, event.agent)
+            await self.cache.bump(event.tenant, event.user, event.agent, shared)
         await self.publish(
             self.subjects.events(event.tenant),
             event,
@@ -108,6 +111,8 @@ class Deps:
             subject, model.model_dump_json().encode(), headers={MSG_ID_HEADER: msg_id}, timeout=5.0
         )
 
+
+_DLQ_HEADROOM = 4096  # bytes the dead-letter headers may take beside the body
 
 Work = Callable[[Deps, bytes, str], Awaitable[int]]  # (deps, body, subject) -> outputs
 
@@ -163,8 +168,14 @@ class StageRunner:
             DLQ_SUBJECT_HEADER: raw.subject,
             MSG_ID_HEADER: f"dlq:{self.name}:{raw.subject}:{seq}",
         }
+        body = msg.body
+        if len(body) + _DLQ_HEADROOM > self.deps.js._nc.max_payload:
+            # a body at the size limit cannot travel with the headers: the reason is kept,
+            # the body is not (it could never be replayed through a stage anyway)
+            headers[DLQ_BODY_HEADER] = f"dropped: {len(body)} bytes, over max_payload"
+            body = b""
         await self.deps.js.publish(
-            self.deps.subjects.dlq(self.name), msg.body, headers=headers, timeout=5.0
+            self.deps.subjects.dlq(self.name), body, headers=headers, timeout=5.0
         )
         await msg.reject()  # term: the dead-letter copy is durable now
         self.metrics.dead_lettered += 1
@@ -188,7 +199,7 @@ async def extract_work(deps: Deps, body: bytes, subject: str) -> int:
     owner = Owner(tenant=event.tenant, user=event.user, agent=event.agent)
     if await deps.pg.is_memory_off(event.tenant, owner.key, event.session):
         return 0  # memory is off for this session: the turn is consumed, nothing is stored
-    candidates = extract(event)
+    candidates = await offload(len(body), extract, event)
     await asyncio.gather(
         *(
             deps.publish(
@@ -221,7 +232,8 @@ def _redact_candidate(deps: Deps, c: Candidate) -> Candidate:
 
 
 async def redact_work(deps: Deps, body: bytes, subject: str) -> int:
-    c = _redact_candidate(deps, _on_stage(deps, subject, "redact", decode(Candidate, body)))
+    c = _on_stage(deps, subject, "redact", decode(Candidate, body))
+    c = await offload(len(body), _redact_candidate, deps, c)
     metrics = deps.metrics["redact"].redactions
     for label, n in c.redactions.items():
         metrics[label] = metrics.get(label, 0) + n
@@ -250,7 +262,8 @@ async def _merged(deps: Deps, c: Candidate, memory_id: str) -> None:
     to the reconciler when the index is down) and tell the world."""
     with contextlib.suppress(TransientError):
         await deps.reindex(c.owner.tenant, [memory_id])
-    await deps.emit(event_of(c, "merged", memory_id, deps.clock()), c.source_event_id)
+    shared = c.scope in SHARED_SCOPES
+    await deps.emit(event_of(c, "merged", memory_id, deps.clock()), c.source_event_id, shared)
 
 
 async def dedupe_work(deps: Deps, body: bytes, subject: str) -> int:
@@ -305,7 +318,8 @@ async def store_work(deps: Deps, body: bytes, subject: str) -> int:
     except TransientError as exc:  # kept in Postgres, not indexed: the reconciler retries
         log.warning("store.vector_deferred", memory_id=keyed.memory_id, reason=str(exc))
     kind = "stored" if inserted else "merged"
-    await deps.emit(event_of(c, kind, keyed.memory_id, deps.clock()), c.source_event_id)
+    shared = c.scope in SHARED_SCOPES
+    await deps.emit(event_of(c, kind, keyed.memory_id, deps.clock()), c.source_event_id, shared)
     return 1
 
 

@@ -1,8 +1,10 @@
 """Management commands: ``mem.cmd.<verb>`` request-reply, one request model per verb.
 
-Every request names the caller (tenant plus user and/or agent). The server
-scopes every read and write to the caller: a memory of another tenant or
-another owner is ``not_found``, never visible. Replies are ``CommandReply``
+Every request names the caller (tenant plus user and/or agent, and optionally a
+project). The server scopes every read and write to the caller (docs/memory-model.md):
+writes touch only the caller's own memories (same user and same agent); reads also see
+the tenant's ``global`` memories and the caller's project's ``project`` memories. Any
+other memory is ``not_found``, never visible. Replies are ``CommandReply``
 (``ok: true``) or ``ErrorReply`` (``ok: false``, with a code).
 """
 
@@ -26,6 +28,8 @@ class Caller(BaseModel):
     api_key: ApiKey = None  # the tenant's credential (required when the server says so)
     user: OptIdent = None
     agent: OptIdent = None
+    # the caller's project: reads also see its ``project``-scope memories (docs/memory-model.md)
+    project: OptIdent = None
 
     @model_validator(mode="after")
     def _owner(self) -> Caller:

@@ -38,7 +38,11 @@ def without_nul(text: str) -> str:
 # Free text (contents, queries, metadata values): normalised, never refused for a NUL.
 Text = Annotated[str, AfterValidator(without_nul)]
 MetaValue = Text | int | float | bool | None
-Metadata = dict[MetaKey, MetaValue]
+# Metadata as it comes in: every candidate of a turn carries a copy, and the redact stage
+# scans each string, so it is bounded (64 keys of at most 4,000 characters); stored records
+# are read back as ``dict[str, MetaValue]``, unbounded.
+MetaText = Annotated[Text, StringConstraints(max_length=4_000)]
+Metadata = Annotated[dict[MetaKey, MetaText | int | float | bool | None], Field(max_length=64)]
 # A tenant credential: never shown in a repr, a log line or a reply.
 ApiKey = Annotated[str | None, Field(default=None, repr=False, max_length=200)]
 

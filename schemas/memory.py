@@ -40,6 +40,9 @@ class Scope(StrEnum):
     GLOBAL = "global"
 
 
+# scopes other owners of the tenant may read (docs/memory-model.md)
+SHARED_SCOPES = frozenset({Scope.PROJECT, Scope.GLOBAL})
+
 Unit = Annotated[float, Field(ge=0.0, le=1.0)]
 
 

@@ -41,6 +41,8 @@ class RecallRequest(BaseModel):
     api_key: ApiKey = None  # the tenant's credential (required when the server says so)
     user: OptIdent = None
     agent: OptIdent = None
+    # the caller's project: its ``project``-scope memories are shared (docs/memory-model.md)
+    project: OptIdent = None
     session: OptIdent = None
     query: Annotated[Text, Field(min_length=1, max_length=10_000)]
     top_k: Annotated[int, Field(ge=-1, le=MAX_HITS)] = 10  # -1: all above the threshold

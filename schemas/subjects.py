@@ -26,6 +26,7 @@ STAGES = ("extract", "redact", "dedupe", "store")
 DLQ_REASON_HEADER = "Memstream-Dlq-Reason"
 DLQ_STAGE_HEADER = "Memstream-Dlq-Stage"
 DLQ_SUBJECT_HEADER = "Memstream-Dlq-Subject"
+DLQ_BODY_HEADER = "Memstream-Dlq-Body"  # set when the body was too large to keep
 MSG_ID_HEADER = "Nats-Msg-Id"
 
 

@@ -64,15 +64,27 @@ async def _queue_vector_deletes(con: Any, tenant: str, ids: Sequence[str]) -> No
 
 @dataclass(frozen=True, slots=True)
 class OwnerFilter:
-    """Tenant always; user/agent/session narrow when set."""
+    """Tenant always. Whose memories (docs/memory-model.md; the same rules as
+    ``storage.ports.VectorFilter``):
+
+    - ``user`` and/or ``agent`` set: that owner exactly (an unset one matches only NULL).
+      ``shared`` (reads): also the tenant's ``global`` memories and the ``project`` ones of
+      ``project``, whoever owns them.
+    - ``peer``: agent-owned memories (no user), of ``agent`` if set, never ``exclude_agent``'s.
+    - neither: the whole tenant (internal readers only).
+
+    session, types, scopes, time and tags narrow when set."""
 
     tenant: str
     user: str | None = None
     agent: str | None = None
+    project: str | None = None
+    shared: bool = False
+    peer: bool = False
     session: str | None = None
     types: Sequence[MemoryType] = ()
     scopes: Sequence[Scope] = ()
-    exclude_agent: str | None = None  # peer_query_any: every agent but this one
+    exclude_agent: str | None = None  # with ``peer``: every agent but this one
     occurred_from: datetime | None = None
     occurred_to: datetime | None = None
     tags: Sequence[str] = ()  # every one of these
@@ -109,13 +121,11 @@ def _where(flt: OwnerFilter, args: list[Any], now: datetime, live: bool = True) 
             f"(valid_to IS NULL OR valid_to > {n})",
             f"(valid_from IS NULL OR valid_from <= {n})",
         ]
-    for column, value in (("user_id", flt.user), ("agent_id", flt.agent), ("session", flt.session)):
-        if value is not None:
-            args.append(value)
-            parts.append(f"{column} = ${len(args)}")
-    if flt.exclude_agent is not None:
-        args.append(flt.exclude_agent)
-        parts.append(f"agent_id IS NOT NULL AND agent_id <> ${len(args)}")
+    if owner := _owner_sql(flt, args):
+        parts.append(owner)
+    if flt.session is not None:
+        args.append(flt.session)
+        parts.append(f"session = ${len(args)}")
     if flt.types:
         args.append([t.value for t in flt.types])
         parts.append(f"type = ANY(${len(args)}::text[])")
@@ -132,6 +142,37 @@ def _where(flt: OwnerFilter, args: list[Any], now: datetime, live: bool = True) 
         args.append(list(flt.tags))
         parts.append(f"tags @> ${len(args)}::text[]")
     return " AND ".join(parts)
+
+
+def _owner_sql(flt: OwnerFilter, args: list[Any]) -> str | None:
+    """The owner condition of ``flt`` (see ``OwnerFilter``), None for the whole tenant. An
+    unset user or agent is written ``IS NULL`` (not ``IS NOT DISTINCT FROM $n``, which no
+    index serves)."""
+
+    def equal(column: str, value: str | None) -> str:
+        if value is None:
+            return f"{column} IS NULL"
+        args.append(value)
+        return f"{column} = ${len(args)}"
+
+    if flt.peer:
+        parts = ["user_id IS NULL", "agent_id IS NOT NULL"]
+        if flt.agent is not None:
+            parts.append(equal("agent_id", flt.agent))
+        if flt.exclude_agent is not None:
+            args.append(flt.exclude_agent)
+            parts.append(f"agent_id <> ${len(args)}")
+        return " AND ".join(parts)
+    if flt.user is None and flt.agent is None:
+        return None
+    own = f"{equal('user_id', flt.user)} AND {equal('agent_id', flt.agent)}"
+    if not flt.shared:
+        return own
+    shared = [f"({own})", "scope = 'global'"]
+    if flt.project is not None:
+        args.append(flt.project)
+        shared.append(f"(scope = 'project' AND project = ${len(args)})")
+    return f"({' OR '.join(shared)})"
 
 
 def keyword_query(text: str) -> str:
