@@ -36,15 +36,18 @@ from memstream.schemas.commands import (
     SessionRequest,
 )
 from memstream.schemas.commands import CommandReply as Reply
-from memstream.schemas.errors import ErrorCode, MemstreamError, PermanentError, TransientError
+from memstream.schemas.errors import (
+    ErrorCode,
+    MemstreamError,
+    NotFound,
+    PermanentError,
+    TransientError,
+    describe,
+)
 from memstream.schemas.ids import derived_id
 from memstream.schemas.memory import Candidate, MemoryEvent, MemoryType, Owner, Scope
 from memstream.schemas.recall import RecallRequest
 from memstream.storage.postgres import OwnerFilter
-
-
-class NotFound(Exception):
-    """The memory does not exist in the caller's scope."""
 
 
 def owner_filter(c: Caller, session: str | None = None) -> OwnerFilter:
@@ -56,12 +59,6 @@ def read_filter(c: Caller) -> OwnerFilter:
     """The caller's own memories plus the shared ones (tenant ``global``, the caller's
     project's ``project``): what reads see."""
     return OwnerFilter(tenant=c.tenant, user=c.user, agent=c.agent, project=c.project, shared=True)
-
-
-def _sanitized(exc: ValidationError) -> str:
-    return "; ".join(
-        f"{'.'.join(map(str, e['loc'])) or '<root>'}: {e['msg']}" for e in exc.errors()[:5]
-    )
 
 
 class CommandService:
@@ -91,7 +88,7 @@ class CommandService:
         try:
             req = VERBS[verb].model_validate_json(body)
         except ValidationError as exc:
-            return error_reply(ErrorCode.BAD_REQUEST, f"invalid {verb} request: {_sanitized(exc)}")
+            return error_reply(ErrorCode.BAD_REQUEST, f"invalid {verb} request: {describe(exc)}")
         try:
             refusal = await self.auth.refuse(req.tenant, req.api_key)
         except MemstreamError:

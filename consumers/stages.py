@@ -23,13 +23,14 @@ from pydantic import BaseModel, ValidationError
 
 from memstream.consumers import indexing
 from memstream.consumers.cache import RecallCache
+from memstream.consumers.extractors import LlmExtractor
 from memstream.consumers.logs import log
 from memstream.consumers.offload import offload
-from memstream.pipeline import dedupe, lifecycle
+from memstream.pipeline import dedupe, lifecycle, llm_extract
 from memstream.pipeline.extract import extract
 from memstream.pipeline.lexical import dated
-from memstream.pipeline.redact import Redactor
-from memstream.schemas.errors import InvalidMessage, PermanentError, TransientError
+from memstream.pipeline.redact import Redacts
+from memstream.schemas.errors import InvalidMessage, PermanentError, TransientError, describe
 from memstream.schemas.events import TurnEvent
 from memstream.schemas.memory import SHARED_SCOPES, Candidate, MemoryEvent, Owner
 from memstream.schemas.settings import Settings
@@ -52,10 +53,7 @@ def decode(model: type[M], body: bytes) -> M:
     try:
         return model.model_validate_json(body)
     except ValidationError as exc:
-        problems = "; ".join(
-            f"{'.'.join(map(str, e['loc'])) or '<root>'}: {e['msg']}" for e in exc.errors()[:5]
-        )
-        raise InvalidMessage(f"invalid {model.__name__}: {problems}") from exc
+        raise InvalidMessage(f"invalid {model.__name__}: {describe(exc)}") from exc
 
 
 @dataclass
@@ -80,10 +78,11 @@ class Deps:
     pg: PgStore
     vectors: VectorIndex
     embedder: Embedder
-    redactor: Redactor
+    redactor: Redacts
     metrics: dict[str, StageMetrics] = field(default_factory=dict)
     clock: Callable[[], datetime] = field(default=lambda: datetime.now(UTC))
     cache: RecallCache | None = None
+    llm: LlmExtractor | None = None  # MEMSTREAM_EXTRACTOR=rules+llm
 
     async def reindex(self, tenant: str, ids: Sequence[str], followers: bool = False) -> None:
         """(Re)build the index points of memories from their Postgres rows (after a store,
@@ -200,6 +199,8 @@ async def extract_work(deps: Deps, body: bytes, subject: str) -> int:
     if await deps.pg.is_memory_off(event.tenant, owner.key, event.session):
         return 0  # memory is off for this session: the turn is consumed, nothing is stored
     candidates = await offload(len(body), extract, event)
+    if deps.llm is not None and candidates:
+        candidates = llm_extract.complement(candidates, await deps.llm.candidates(event))
     await asyncio.gather(
         *(
             deps.publish(

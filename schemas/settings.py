@@ -7,9 +7,9 @@ embedded stack starts its own NATS, PostgreSQL and Qdrant Edge under ``state_dir
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, Field, SecretStr
+from pydantic import BaseModel, Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -21,12 +21,32 @@ class StageSettings(BaseModel):
     retry_delays_s: list[float] = Field(default_factory=lambda: [1.0, 5.0, 30.0, 120.0, 300.0])
 
 
+class LlmSettings(BaseModel):
+    """An OpenAI-compatible chat-completions endpoint for the optional LLM extractor."""
+
+    base_url: str  # e.g. http://127.0.0.1:11434/v1 (POST {base_url}/chat/completions)
+    model: str
+    api_key: SecretStr | None = None
+    timeout_s: float = Field(default=10.0, gt=0, le=60)
+    max_candidates: int = Field(default=8, ge=1, le=32)
+    # after this many failures in a row the rules work alone for cooldown_s
+    failures_to_pause: int = Field(default=3, ge=1)
+    cooldown_s: float = Field(default=30.0, ge=0)
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(
         env_prefix="MEMSTREAM_", env_nested_delimiter="__", extra="ignore"
     )
 
-    nats_url: str | None = None
+    nats_url: str | None = None  # no credentials in it: they go in the nats_* fields below
+    # NATS credentials, never logged or written (producers/connection.py): a .creds file or
+    # an NKey seed file (paths), or user + password, or a token.
+    nats_creds: Path | None = None
+    nats_nkey_seed: Path | None = None
+    nats_user: str | None = None
+    nats_password: SecretStr | None = None
+    nats_token: SecretStr | None = None
     namespace: str = "mem"  # subject prefix; streams are named after it (MEM_TURNS ...)
     database_url: SecretStr | None = None
     qdrant_url: str | None = None
@@ -49,8 +69,12 @@ class Settings(BaseSettings):
     cpu_latency_us: int | None = Field(default=None, ge=0)
     embedding_model: str | None = None  # a fastembed model name; default: the packaged static model
     embedding_path: Path | None = None  # a local model directory
-    # Keys the redaction placeholders (same value -> same token within a tenant).
-    redaction_key: SecretStr = SecretStr("memstream-dev-redaction-key")
+    # Keys the redaction placeholders (same value -> same token within a tenant). Required by
+    # `memstream worker`; `memstream dev` keeps a random key in the state directory.
+    redaction_key: SecretStr | None = None
+    # Redaction policies (pipeline.redact.RedactionPolicy fields: labels, allow, deny) for the
+    # tenants named here; every other tenant gets all detectors. docs/redaction.md.
+    redaction_policies: dict[str, dict[str, Any]] = Field(default_factory=dict)
 
     # Lifetimes by scope, in seconds (run and session memories expire; others do not).
     ttl_s: dict[str, float] = Field(default_factory=lambda: {"run": 3600.0, "session": 86400.0})
@@ -68,3 +92,16 @@ class Settings(BaseSettings):
     log_level: str = "INFO"
     ops_host: str = "127.0.0.1"
     ops_port: int | None = 9464  # /metrics and /healthz; None disables, 0 picks a free port
+    # Typed memories come from the cue rules; "rules+llm" adds what an LLM finds
+    # (MEMSTREAM_LLM__*), the rules alone whenever the endpoint fails. docs/memory-model.md.
+    extractor: Literal["rules", "rules+llm"] = "rules"
+    llm: LlmSettings | None = None
+
+    @model_validator(mode="after")
+    def _llm_configured(self) -> Settings:
+        if self.extractor == "rules+llm" and self.llm is None:
+            raise ValueError(
+                "MEMSTREAM_EXTRACTOR=rules+llm needs MEMSTREAM_LLM__BASE_URL and "
+                "MEMSTREAM_LLM__MODEL"
+            )
+        return self
