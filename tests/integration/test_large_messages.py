@@ -16,7 +16,7 @@ import pytest
 
 from memstream.consumers.dlq import dead_letters
 from memstream.schemas.memory import Candidate, Owner
-from memstream.schemas.subjects import DLQ_REASON_HEADER, MSG_ID_HEADER
+from memstream.schemas.subjects import DLQ_BODY_HEADER, DLQ_REASON_HEADER, MSG_ID_HEADER
 from memstream.storage.postgres import OwnerFilter
 
 pytestmark = pytest.mark.integration
@@ -119,3 +119,21 @@ async def test_megabyte_candidate_is_dead_lettered_at_once(running, stage: str) 
     assert len(letter.data) == len(body)  # the body is kept for inspection
     assert max(latencies) < 100, sorted(latencies)[-5:]
     assert await running.pg.count("acme") == 0
+
+
+async def test_dead_letter_at_the_payload_limit_keeps_its_reason(running) -> None:  # type: ignore[no-untyped-def]
+    """A body so close to max_payload that the dead-letter headers cannot travel with it is
+    dead-lettered without its body (a header says so), never redelivered in a loop."""
+    s, js = running.worker.deps.subjects, running.worker.deps.js
+    limit = js._nc.max_payload
+    body = b'{"content": "' + b"x" * (limit - 150) + b'"}'
+
+    async def dead() -> bool:
+        return bool(await dead_letters(js, s, "store", 1))
+
+    await publish_raw(running, s.stage("store", "acme"), body, "at-limit")
+    await running.wait_for(dead, 20, "the dead letter")
+    (letter,) = await dead_letters(js, s, "store", 1)
+    assert letter.data == b"" and "over max_payload" in letter.headers[DLQ_BODY_HEADER]
+    assert "invalid Candidate" in letter.headers[DLQ_REASON_HEADER]
+    await running.wait_for(running.drained, 10, "the store stage to drain")
