@@ -20,7 +20,7 @@ from faststream.nats import JStream, NatsBroker, PullSub
 from faststream.nats.annotations import NatsMessage
 from pydantic import ValidationError
 
-from memstream.consumers import indexing, topology
+from memstream.consumers import deletions, indexing, topology
 from memstream.consumers.auth import Authenticator
 from memstream.consumers.busauth import safe_reply
 from memstream.consumers.cache import RecallCache
@@ -34,7 +34,7 @@ from memstream.consumers.stages import STAGE_WORK, Deps, StageRunner
 from memstream.pipeline.redact import Redacts
 from memstream.producers.connection import display_url
 from memstream.schemas.commands import VERBS
-from memstream.schemas.errors import ErrorCode, MemstreamError, describe
+from memstream.schemas.errors import ErrorCode, MemstreamError, PermanentError, describe
 from memstream.schemas.memory import MemoryEvent
 from memstream.schemas.recall import RecallRequest
 from memstream.schemas.settings import Settings
@@ -233,6 +233,9 @@ class Worker:
             return cached
         try:
             reply = await self.recall.recall(req)
+        except PermanentError as exc:
+            self.recall.failed += 1
+            return error_reply(ErrorCode.BAD_REQUEST, f"recall was refused: {exc}")
         except MemstreamError:
             self.recall.failed += 1
             return error_reply(ErrorCode.UNAVAILABLE, "recall is unavailable: no store answered")
@@ -251,8 +254,12 @@ class Worker:
         task.add_done_callback(self._tasks.discard)
 
     async def reconcile_once(self, limit: int = 256) -> int:
-        """Index memories kept in Postgres while the vector index was down: every one of them,
-        ``limit`` at a time (an outage of minutes leaves thousands)."""
+        """Delete the points of memories forgotten, erased, superseded or expired whose delete
+        did not happen (index down, process died: ``deletions``), then index memories kept in
+        Postgres while the vector index was down: every one of them, ``limit`` at a time (an
+        outage of minutes leaves thousands). Returns how many were indexed."""
+        if removed := await deletions.drain(self.pg, self.vectors):
+            log.info("reconcile.deleted", count=removed)
         done = 0
         while pending := await self.pg.unindexed(limit):
             await indexing.index(self.pg, self.vectors, self.embedder, pending)
@@ -269,7 +276,7 @@ class Worker:
         for tenant, mid, _, _ in removed:
             by_tenant.setdefault(tenant, []).append(mid)
         for tenant, ids in by_tenant.items():
-            await self.vectors.delete(tenant, ids)
+            await deletions.delete_points(self.pg, self.vectors, tenant, ids)
         for tenant, mid, user, agent in removed:
             event = MemoryEvent(
                 kind="expired",
@@ -279,7 +286,7 @@ class Worker:
                 memory_id=mid,
                 at=self.deps.clock(),
             )
-            await self.deps.emit(event, "sweeper")
+            await self.deps.emit(event, "sweeper", shared=True)
         if removed:
             log.info("sweep.expired", count=len(removed))
         return len(removed)

@@ -2,8 +2,10 @@
 
 Entries live ``recall_cache_ttl_s`` (short). A key is a digest of the request and of the
 owner's *generations*: random tokens kept in the same bucket under ``gen.<digest>``, one per
-(tenant, user) and per (tenant, agent). Every change to a memory bumps the generations of its
-owners (``bump``), so later lookups compute new keys and miss: invalidation is one KV put,
+(tenant, user) and per (tenant, agent), and one per tenant for the shared scopes. Every change
+to a memory bumps the generations of its owners (``bump``; of the tenant too when the memory is
+``project`` or ``global``, which other owners read), so later lookups compute new keys and
+miss: invalidation is one KV put,
 whatever the number of cached queries. Workers follow generations with a KV watch; for the
 few milliseconds a bump takes to reach a worker, a lookup may still hit the old entry, and
 never longer than the TTL.
@@ -181,8 +183,9 @@ class RecallCache:
     def key(self, req: RecallRequest) -> str:
         gu = self.gens.get(gen_key(req.tenant, "u", req.user), "-") if req.user else ""
         ga = self.gens.get(gen_key(req.tenant, "a", req.agent), "-") if req.agent else ""
+        gt = self.gens.get(gen_key(req.tenant, "t", "*"), "-")  # shared memories changed
         body = req.model_dump_json(exclude={"cache", "api_key"})
-        return f"q.{_digest(req.tenant, req.user, req.agent, gu, ga, body)}"
+        return f"q.{_digest(req.tenant, req.user, req.agent, gu, ga, gt, body)}"
 
     async def get(self, key: str) -> bytes | None:
         """The cached reply under ``key`` (from ``key(req)``), or None."""
@@ -211,11 +214,15 @@ class RecallCache:
         except Exception as exc:  # noqa: BLE001 - the cache is an optimisation: never fail recall
             log.warning("cache.put_failed", error=type(exc).__name__)
 
-    async def bump(self, tenant: str, user: str | None, agent: str | None) -> None:
-        """Invalidate every cached query of these owners (new generation tokens). Recreates
-        a bucket that went away; raises ``TransientError`` when NATS cannot take the bump."""
+    async def bump(
+        self, tenant: str, user: str | None, agent: str | None, shared: bool = False
+    ) -> None:
+        """Invalidate every cached query of these owners (new generation tokens); ``shared``
+        (a ``project`` or ``global`` memory changed, which every caller of the tenant may
+        read): every cached query of the tenant. Recreates a bucket that went away; raises
+        ``TransientError`` when NATS cannot take the bump."""
         token = uuid.uuid4().hex.encode()
-        for kind, name in (("u", user), ("a", agent)):
+        for kind, name in (("u", user), ("a", agent), ("t", "*" if shared else None)):
             if name:
                 key = gen_key(tenant, kind, name)
                 try:

@@ -15,8 +15,10 @@ from typing import Any
 from pydantic import ValidationError
 
 from memstream.consumers.auth import Authenticator
-from memstream.consumers.dlq import belongs_to, dead_letters
+from memstream.consumers.deletions import delete_points
+from memstream.consumers.dlq import belongs_to, dead_letters, stored
 from memstream.consumers.logs import log
+from memstream.consumers.offload import offload
 from memstream.consumers.recall import RecallService, error_reply
 from memstream.consumers.stages import Deps, _redact_candidate
 from memstream.pipeline import dedupe, lifecycle
@@ -34,7 +36,14 @@ from memstream.schemas.commands import (
     SessionRequest,
 )
 from memstream.schemas.commands import CommandReply as Reply
-from memstream.schemas.errors import ErrorCode, MemstreamError, NotFound, describe
+from memstream.schemas.errors import (
+    ErrorCode,
+    MemstreamError,
+    NotFound,
+    PermanentError,
+    TransientError,
+    describe,
+)
 from memstream.schemas.ids import derived_id
 from memstream.schemas.memory import Candidate, MemoryEvent, MemoryType, Owner, Scope
 from memstream.schemas.recall import RecallRequest
@@ -42,7 +51,14 @@ from memstream.storage.postgres import OwnerFilter
 
 
 def owner_filter(c: Caller, session: str | None = None) -> OwnerFilter:
+    """The caller's own memories, exactly: what writes may touch."""
     return OwnerFilter(tenant=c.tenant, user=c.user, agent=c.agent, session=session)
+
+
+def read_filter(c: Caller) -> OwnerFilter:
+    """The caller's own memories plus the shared ones (tenant ``global``, the caller's
+    project's ``project``): what reads see."""
+    return OwnerFilter(tenant=c.tenant, user=c.user, agent=c.agent, project=c.project, shared=True)
 
 
 class CommandService:
@@ -83,6 +99,8 @@ class CommandService:
             reply = await self.handlers[verb](req)
         except NotFound as exc:
             return error_reply(ErrorCode.NOT_FOUND, str(exc))
+        except PermanentError as exc:  # the request's own values were refused by a store
+            return error_reply(ErrorCode.BAD_REQUEST, f"{verb} was refused: {exc}")
         except MemstreamError:
             return error_reply(
                 ErrorCode.UNAVAILABLE, f"{verb} is unavailable: a store did not answer"
@@ -108,7 +126,8 @@ class CommandService:
         **detail: Any,
     ) -> None:
         """Publish what happened on mem.events.<tenant> (this also invalidates the owner's
-        cached recall queries)."""
+        cached recall queries, and the tenant's: commands are rare, and the memory may be a
+        shared one other owners read)."""
         await self.deps.emit(
             MemoryEvent(
                 kind=kind,
@@ -121,10 +140,16 @@ class CommandService:
                 detail=detail,
             ),
             cause,
+            shared=True,
         )
 
     async def _index(self, memory_id: str, c: Candidate) -> None:
-        await self.deps.reindex(c.owner.tenant, [memory_id])
+        """Index a new memory now; when the index does not answer, the row stays unindexed
+        in Postgres and the reconciler indexes it (as the store stage does)."""
+        try:
+            await self.deps.reindex(c.owner.tenant, [memory_id])
+        except TransientError as exc:
+            log.warning("command.vector_deferred", reason=type(exc).__name__)
 
     # --- verbs ------------------------------------------------------------------------------
 
@@ -135,6 +160,7 @@ class CommandService:
         c = Candidate(
             candidate_id=cid,
             owner=Owner(tenant=r.tenant, user=r.user, agent=r.agent),
+            project=r.project,
             session=r.session,
             type=r.type,
             scope=r.scope,
@@ -149,7 +175,7 @@ class CommandService:
             pinned=r.pinned,
             expires_at=r.expires_at,
         )
-        c = _redact_candidate(self.deps, c)
+        c = await offload(len(r.content), _redact_candidate, self.deps, c)
         c = c.model_copy(
             update={"expires_at": lifecycle.expires_at(c, now, self.deps.settings.ttl_s)}
         )
@@ -164,7 +190,7 @@ class CommandService:
         return Reply(memory=await self.deps.pg.get(owner_filter(r), k.memory_id))
 
     async def get(self, r: IdRequest) -> Reply:
-        m = await self.deps.pg.get(owner_filter(r), r.id)
+        m = await self.deps.pg.get(read_filter(r), r.id)
         if m is None:
             raise NotFound("no such memory")
         return Reply(memory=m)
@@ -174,6 +200,8 @@ class CommandService:
             tenant=r.tenant,
             user=r.user,
             agent=r.agent,
+            project=r.project,
+            shared=True,
             session=r.session,
             types=tuple(r.types),
             scopes=tuple(r.scopes),
@@ -207,15 +235,14 @@ class CommandService:
         """Tombstone one memory: gone from recall and from the vector index at once."""
         if not await self.deps.pg.tombstone(owner_filter(r), r.id):
             raise NotFound("no such memory")
-        await self.deps.vectors.delete(r.tenant, [r.id])
+        await delete_points(self.deps.pg, self.deps.vectors, r.tenant, [r.id])
         await self._emit("forgotten", r, r.id, "tombstone")
         return Reply(counts={"memories": 1})
 
     async def forget_owner(self, r: ForgetOwnerRequest) -> Reply:
         """Erasure: the owner's (or one session's) memories, vectors and raw turns."""
         ids = await self.deps.pg.erase(owner_filter(r, r.session))
-        if ids:
-            await self.deps.vectors.delete(r.tenant, ids)
+        await delete_points(self.deps.pg, self.deps.vectors, r.tenant, ids)
         turns = await self._purge_turns(r)
         dead = await self._purge_dead_letters(r)
         await self._emit(
@@ -244,17 +271,22 @@ class CommandService:
         return removed
 
     async def _purge_turns(self, r: ForgetOwnerRequest) -> int:
+        """The owner's raw turns (or one session's). The subject's owner token is the user,
+        else the agent, so (alice, bot), (alice, other) and agent 'alice' share it: the
+        bodies are read and only this exact owner's turns are deleted."""
         s = self.deps.subjects
-        owner = r.user or r.agent or "_"
+        token = r.user or r.agent or "_"
         if r.session is None:
-            subject = s.turns_filter(r.tenant, owner)
+            subject = s.turns_filter(r.tenant, token)
         else:
-            subject = s.turns(r.tenant, owner, r.session)
+            subject = s.turns(r.tenant, token, r.session)
         stream = s.stream("turns")
-        info = await self.deps.js.stream_info(stream, subjects_filter=subject)
-        held = sum((info.state.subjects or {}).values())
-        await self.deps.js.purge_stream(stream, subject=subject)
-        return held
+        removed = 0
+        for m in await stored(self.deps.js, stream, subject, 1_000_000):
+            if belongs_to(m.data, r.tenant, r.user, r.agent, r.session):
+                await self.deps.js.delete_msg(stream, m.metadata.sequence.stream)
+                removed += 1
+        return removed
 
     async def fact_put(self, r: FactPutRequest, must_exist: bool = False) -> Reply:
         """A new version of fact ``key``; the current one is closed (valid_to, superseded_by)."""
@@ -282,14 +314,18 @@ class CommandService:
         mid = derived_id(
             r.tenant, r.user or "", r.agent or "", "fact", key, valid_from.isoformat(), c.content
         )
-        old = await self.deps.pg.put_fact(mid, dedupe.key(c).content_hash, c, key, valid_from)
+        old, current = await self.deps.pg.put_fact(
+            mid, dedupe.key(c).content_hash, c, key, valid_from
+        )
         if old is not None:
-            await self.deps.vectors.delete(r.tenant, [old.id])
+            await delete_points(self.deps.pg, self.deps.vectors, r.tenant, [old.id])
             await self._emit("superseded", r, old.id, mid, MemoryType.FACT, by=mid)
-        await self._index(mid, c)
-        await self._emit("stored", r, mid, c.source_event_id, MemoryType.FACT, fact_key=key)
+        if current == mid:  # else the value was current already: a retry, nothing changed
+            await self._index(mid, c)
+            await self._emit("stored", r, mid, c.source_event_id, MemoryType.FACT, fact_key=key)
         return Reply(
-            memory=await self.deps.pg.get(flt, mid), detail={"superseded": old.id if old else None}
+            memory=await self.deps.pg.get(flt, current),
+            detail={"superseded": old.id if old else None},
         )
 
     async def fact_update(self, r: FactPutRequest) -> Reply:
@@ -340,10 +376,11 @@ class CommandService:
         if not r.target_agent:
             raise NotFound("peer_query needs target_agent")
         req = RecallRequest(tenant=r.tenant, agent=r.target_agent, query=r.query, top_k=r.top_k)
-        return Reply(recall=await self.recall.recall(req, touch=False))
+        flt = OwnerFilter(tenant=r.tenant, agent=r.target_agent, peer=True)
+        return Reply(recall=await self.recall.recall(req, touch=False, owner=flt))
 
     async def peer_query_any(self, r: PeerQueryRequest) -> Reply:
         """Read every agent's memories except the caller's; never counts as an access."""
         req = RecallRequest(tenant=r.tenant, agent=r.agent or "*", query=r.query, top_k=r.top_k)
-        flt = OwnerFilter(tenant=r.tenant, exclude_agent=r.agent)
+        flt = OwnerFilter(tenant=r.tenant, peer=True, exclude_agent=r.agent)
         return Reply(recall=await self.recall.recall(req, touch=False, owner=flt))

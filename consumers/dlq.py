@@ -3,7 +3,9 @@
 A dead-lettered message keeps its body and, in headers, the stage, the reason and the subject
 it came from. ``replay`` publishes each back to that subject (a fresh ``Nats-Msg-Id``, so the
 duplicate window does not drop it) and deletes it from the dead-letter stream once the PubAck
-arrived. Every write downstream is idempotent, so replaying twice changes nothing.
+arrived. Every write downstream is idempotent, so replaying twice changes nothing. Only the
+namespace's own turn and stage subjects are accepted as targets: a header naming anything else
+(``mem.events.*``, another namespace, a request subject) is refused and the message stays.
 """
 
 from __future__ import annotations
@@ -31,8 +33,9 @@ from memstream.schemas.subjects import (
 def belongs_to(
     body: bytes, tenant: str, user: str | None, agent: str | None, session: str | None
 ) -> bool:
-    """Whether a dead-lettered body (a turn event or a candidate) is the owner's (and, when
-    given, the session's). Bodies that do not decode belong to nobody."""
+    """Whether a stored body (a turn event or a candidate) is exactly this owner's: same
+    user and same agent, an unset one matching only an unset one (and, when given, the
+    session's). Bodies that do not decode belong to nobody."""
     try:
         data = json.loads(body)
     except ValueError:
@@ -42,16 +45,19 @@ def belongs_to(
     owner = data.get("owner") if isinstance(data.get("owner"), dict) else data
     if owner.get("tenant") != tenant:
         return False
-    if user is not None and owner.get("user") != user:
-        return False
-    if agent is not None and owner.get("agent") != agent:
+    if owner.get("user") != user or owner.get("agent") != agent:
         return False
     return session is None or data.get("session") == session
 
 
 async def dead_letters(js: Any, s: Subjects, stage: str | None, limit: int) -> list[Any]:
     """Up to ``limit`` dead-lettered messages (oldest first), without consuming them."""
-    sub = await js.subscribe(s.dlq(stage), stream=s.stream("dlq"), ordered_consumer=True)
+    return await stored(js, s.stream("dlq"), s.dlq(stage), limit)
+
+
+async def stored(js: Any, stream: str, subject: str, limit: int) -> list[Any]:
+    """Up to ``limit`` messages of ``stream`` on ``subject`` (oldest first), unconsumed."""
+    sub = await js.subscribe(subject, stream=stream, ordered_consumer=True)
     out = []
     try:
         while len(out) < limit:
@@ -83,15 +89,21 @@ async def run(a: argparse.Namespace, settings: Settings, nats_url: str) -> int:
                 print(json.dumps(row))
             print(f"{len(msgs)} dead-lettered message(s)")
             return 0
-        replayed = 0
+        replayed = refused = 0
         for m in msgs:
             subject = (m.headers or {}).get(DLQ_SUBJECT_HEADER)
-            if not subject:
+            if not subject or not s.replayable(subject):
+                refused += 1  # kept in the dead-letter stream, for a person to look at
                 continue
             await js.publish(subject, m.data, headers={MSG_ID_HEADER: f"replay:{uuid.uuid4()}"})
             await js.delete_msg(s.stream("dlq"), m.metadata.sequence.stream)
             replayed += 1
         print(f"replayed {replayed} message(s)")
+        if refused:
+            print(
+                f"refused {refused} message(s) whose {DLQ_SUBJECT_HEADER} is not a turn or "
+                "stage subject of this namespace (left in the dead-letter stream)"
+            )
         return 0
     finally:
         await nc.close()

@@ -33,7 +33,7 @@ from memstream.schemas.errors import (
 )
 from memstream.schemas.memory import Scope
 from memstream.schemas.recall import Context, Hit, Method, RecallReply, RecallRequest
-from memstream.storage.ports import Embedder, VectorFilter, VectorIndex
+from memstream.storage.ports import Embedder, VectorFilter, VectorIndex, visible
 from memstream.storage.ports import Hit as ScoredId
 from memstream.storage.postgres import OwnerFilter, PgStore
 
@@ -54,7 +54,9 @@ def error_reply(code: ErrorCode, message: str) -> bytes:
 def owner_filter(req: RecallRequest, owner: OwnerFilter | None = None) -> OwnerFilter:
     """The request's filters AND-ed with the owner scope (``owner`` replaces the request's
     owner for peer reads); the caller can only narrow."""
-    base = owner or OwnerFilter(tenant=req.tenant, user=req.user, agent=req.agent)
+    base = owner or OwnerFilter(
+        tenant=req.tenant, user=req.user, agent=req.agent, project=req.project, shared=True
+    )
     scopes = tuple(req.scopes)
     if req.context is Context.RESOURCES:
         scopes = tuple(s for s in scopes if s in SHARED) if scopes else SHARED
@@ -62,6 +64,9 @@ def owner_filter(req: RecallRequest, owner: OwnerFilter | None = None) -> OwnerF
         tenant=base.tenant,
         user=base.user,
         agent=base.agent,
+        project=base.project,
+        shared=base.shared,
+        peer=base.peer,
         exclude_agent=base.exclude_agent,
         session=req.session if req.context is Context.SESSION or req.session else None,
         types=tuple(req.types),
@@ -77,6 +82,9 @@ def vector_filter(flt: OwnerFilter, now: float) -> VectorFilter:
         tenant=flt.tenant,
         user=flt.user,
         agent=flt.agent,
+        project=flt.project,
+        shared=flt.shared,
+        peer=flt.peer,
         session=flt.session,
         types=tuple(flt.types),
         scopes=tuple(flt.scopes),
@@ -173,14 +181,12 @@ class RecallService:
         """``select`` over the best ids, their records read from the index in pages (legs
         search without payloads, which is several times faster): first ``top_k`` plus a small
         margin, more only while the collapse leaves ``top_k`` unfilled (a fetch of 20 records
-        costs ~1 ms at 100k points, of 12 ~0.6 ms). A record of another user or agent than
-        the filter names is dropped (the index's own check; ``fetch`` checks the tenant)."""
-        user, agent = vflt.user, vflt.agent
+        costs ~1 ms at 100k points, of 12 ~0.6 ms). A record the filter may not read is
+        dropped (the index's own check, ``visible``; ``fetch`` checks the tenant)."""
 
         def owned(record: Mapping[str, Any]) -> bool:
-            return (user is None or record.get("user") == user) and (
-                agent is None or record.get("agent") == agent
-            )
+            scope, project = str(record.get("scope")), record.get("project")
+            return visible(vflt, record.get("user"), record.get("agent"), scope, project)
 
         ranked: list[tuple[Mapping[str, Any], float]] = []
         pos, step = 0, req.limit + FETCH_MARGIN

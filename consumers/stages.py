@@ -27,6 +27,7 @@ from memstream.consumers import indexing
 from memstream.consumers.cache import RecallCache
 from memstream.consumers.extractors import LlmExtractor
 from memstream.consumers.logs import log
+from memstream.consumers.offload import offload
 from memstream.consumers.outage import Backoff, is_outage
 from memstream.pipeline import dedupe, lifecycle, llm_extract
 from memstream.pipeline.extract import extract
@@ -34,14 +35,16 @@ from memstream.pipeline.lexical import dated
 from memstream.pipeline.redact import Redacts
 from memstream.schemas.errors import InvalidMessage, PermanentError, TransientError, describe
 from memstream.schemas.events import TurnEvent
-from memstream.schemas.memory import Candidate, MemoryEvent, Owner
+from memstream.schemas.memory import SHARED_SCOPES, Candidate, MemoryEvent, Owner
 from memstream.schemas.settings import Settings
 from memstream.schemas.subjects import (
+    DLQ_BODY_HEADER,
     DLQ_REASON_HEADER,
     DLQ_STAGE_HEADER,
     DLQ_SUBJECT_HEADER,
     MSG_ID_HEADER,
     Subjects,
+    msg_id,
 )
 from memstream.storage.ports import Embedder, VectorFilter, VectorIndex
 from memstream.storage.postgres import OwnerFilter, PgStore
@@ -93,11 +96,12 @@ class Deps:
             self.pg, self.vectors, self.embedder, list(rows.values()), followers=followers
         )
 
-    async def emit(self, event: MemoryEvent, cause: str) -> None:
+    async def emit(self, event: MemoryEvent, cause: str, shared: bool = False) -> None:
         """Publish a memory event on ``mem.events.<tenant>`` (deduplicated by cause) and
-        invalidate the owner's cached recall queries."""
+        invalidate the owner's cached recall queries (``shared``: the tenant's, for a memory
+        other owners read)."""
         if self.cache is not None:
-            await self.cache.bump(event.tenant, event.user, event.agent)
+            await self.cache.bump(event.tenant, event.user, event.agent, shared)
         await self.publish(
             self.subjects.events(event.tenant),
             event,
@@ -111,7 +115,9 @@ class Deps:
         )
 
 
-Work = Callable[[Deps, bytes], Awaitable[int]]
+_DLQ_HEADROOM = 4096  # bytes the dead-letter headers may take beside the body
+
+Work = Callable[[Deps, bytes, str], Awaitable[int]]  # (deps, body, subject) -> outputs
 
 
 class StageRunner:
@@ -154,7 +160,7 @@ class StageRunner:
         held = 0.0
         while True:
             try:
-                return await self.work(self.deps, msg.body)
+                return await self.work(self.deps, msg.body, msg.raw_message.subject)
             except PermanentError:
                 raise
             except Exception as exc:
@@ -195,8 +201,14 @@ class StageRunner:
             DLQ_SUBJECT_HEADER: raw.subject,
             MSG_ID_HEADER: f"dlq:{self.name}:{raw.subject}:{seq}",
         }
+        body = msg.body
+        if len(body) + _DLQ_HEADROOM > self.deps.js._nc.max_payload:
+            # a body at the size limit cannot travel with the headers: the reason is kept,
+            # the body is not (it could never be replayed through a stage anyway)
+            headers[DLQ_BODY_HEADER] = f"dropped: {len(body)} bytes, over max_payload"
+            body = b""
         await self.deps.js.publish(
-            self.deps.subjects.dlq(self.name), msg.body, headers=headers, timeout=5.0
+            self.deps.subjects.dlq(self.name), body, headers=headers, timeout=5.0
         )
         await msg.reject()  # term: the dead-letter copy is durable now
         self.metrics.dead_lettered += 1
@@ -207,18 +219,28 @@ class StageRunner:
 # --- the four stages -----------------------------------------------------------------------
 
 
-async def extract_work(deps: Deps, body: bytes) -> int:
+def _on_stage(deps: Deps, subject: str, stage: str, c: Candidate) -> Candidate:
+    if why := deps.subjects.stage_mismatch(subject, stage, c.owner.tenant):
+        raise InvalidMessage(why)
+    return c
+
+
+async def extract_work(deps: Deps, body: bytes, subject: str) -> int:
     event = decode(TurnEvent, body)
+    if why := deps.subjects.turn_mismatch(subject, event.tenant, event.owner, event.session):
+        raise InvalidMessage(why)
     owner = Owner(tenant=event.tenant, user=event.user, agent=event.agent)
     if await deps.pg.is_memory_off(event.tenant, owner.key, event.session):
         return 0  # memory is off for this session: the turn is consumed, nothing is stored
-    candidates = extract(event)
+    candidates = await offload(len(body), extract, event)
     if deps.llm is not None and candidates:
         candidates = llm_extract.complement(candidates, await deps.llm.candidates(event))
     await asyncio.gather(
         *(
             deps.publish(
-                deps.subjects.stage("redact", c.owner.tenant), c, f"redact:{c.candidate_id}"
+                deps.subjects.stage("redact", c.owner.tenant),
+                c,
+                msg_id(c.owner.tenant, f"redact:{c.candidate_id}"),
             )
             for c in candidates
         )
@@ -244,12 +266,16 @@ def _redact_candidate(deps: Deps, c: Candidate) -> Candidate:
     )
 
 
-async def redact_work(deps: Deps, body: bytes) -> int:
-    c = _redact_candidate(deps, decode(Candidate, body))
+async def redact_work(deps: Deps, body: bytes, subject: str) -> int:
+    c = _on_stage(deps, subject, "redact", decode(Candidate, body))
+    c = await offload(len(body), _redact_candidate, deps, c)
     metrics = deps.metrics["redact"].redactions
     for label, n in c.redactions.items():
         metrics[label] = metrics.get(label, 0) + n
-    await deps.publish(deps.subjects.stage("dedupe", c.owner.tenant), c, f"dedupe:{c.candidate_id}")
+    tenant = c.owner.tenant
+    await deps.publish(
+        deps.subjects.stage("dedupe", tenant), c, msg_id(tenant, f"dedupe:{c.candidate_id}")
+    )
     return 1
 
 
@@ -271,11 +297,12 @@ async def _merged(deps: Deps, c: Candidate, memory_id: str) -> None:
     to the reconciler when the index is down) and tell the world."""
     with contextlib.suppress(TransientError):
         await deps.reindex(c.owner.tenant, [memory_id])
-    await deps.emit(event_of(c, "merged", memory_id, deps.clock()), c.source_event_id)
+    shared = c.scope in SHARED_SCOPES
+    await deps.emit(event_of(c, "merged", memory_id, deps.clock()), c.source_event_id, shared)
 
 
-async def dedupe_work(deps: Deps, body: bytes) -> int:
-    c = decode(Candidate, body)
+async def dedupe_work(deps: Deps, body: bytes, subject: str) -> int:
+    c = _on_stage(deps, subject, "dedupe", decode(Candidate, body))
     if not c.redacted:
         raise PermanentError("candidate reached dedupe without passing redact")
     keyed = dedupe.key(c)
@@ -305,12 +332,15 @@ async def dedupe_work(deps: Deps, body: bytes) -> int:
     if similar is not None and await deps.pg.merge(c.owner.tenant, similar, c.source_event_id):
         await _merged(deps, c, similar)
         return 0
-    await deps.publish(deps.subjects.stage("store", c.owner.tenant), c, f"store:{c.candidate_id}")
+    tenant = c.owner.tenant
+    await deps.publish(
+        deps.subjects.stage("store", tenant), c, msg_id(tenant, f"store:{c.candidate_id}")
+    )
     return 1
 
 
-async def store_work(deps: Deps, body: bytes) -> int:
-    c = decode(Candidate, body)
+async def store_work(deps: Deps, body: bytes, subject: str) -> int:
+    c = _on_stage(deps, subject, "store", decode(Candidate, body))
     if not c.redacted:
         raise PermanentError("candidate reached store without passing redact")
     expires = lifecycle.expires_at(c, deps.clock(), deps.settings.ttl_s)
@@ -323,7 +353,8 @@ async def store_work(deps: Deps, body: bytes) -> int:
     except TransientError as exc:  # kept in Postgres, not indexed: the reconciler retries
         log.warning("store.vector_deferred", memory_id=keyed.memory_id, reason=str(exc))
     kind = "stored" if inserted else "merged"
-    await deps.emit(event_of(c, kind, keyed.memory_id, deps.clock()), c.source_event_id)
+    shared = c.scope in SHARED_SCOPES
+    await deps.emit(event_of(c, kind, keyed.memory_id, deps.clock()), c.source_event_id, shared)
     return 1
 
 

@@ -21,7 +21,8 @@ class Keyed:
 def key(candidate: Candidate) -> Keyed:
     """Exact duplicates (same owner, same type, same normalised content) share one id."""
     chash = content_hash(candidate.content)
-    mid = memory_id(candidate.owner.tenant, candidate.owner.key, candidate.type.value, chash)
+    owner = candidate.owner
+    mid = memory_id(owner.tenant, owner.user, owner.agent, candidate.type.value, chash)
     return Keyed(candidate=candidate, content_hash=chash, memory_id=mid)
 
 

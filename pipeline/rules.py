@@ -21,8 +21,14 @@ from memstream.schemas.ids import derived_id
 from memstream.schemas.memory import Candidate, MemoryType, Owner, Scope
 
 # A sentence ends at . ! or ? followed by white space (or the end), or at a line break: a dot
-# inside a token (an email, a URL, a version, a decimal) never splits it.
-_SENTENCE = re.compile(r"\S(?:.*?)(?:[.!?]+(?=\s|$)|(?=\n)|$)", re.S)
+# inside a token (an email, a URL, a version, a decimal) never splits it. Written with
+# possessive runs so that every character is looked at once: the lazy form
+# ``\S.*?(?:[.!?]+(?=\s|$)|(?=\n)|$)`` retried each position of a run of dots that is not
+# followed by a space (quadratic: "I prefer " + 16,000 dots + "x" took 2.6 s).
+_SENTENCE = re.compile(r"\S(?:[^.!?\n]++|[.!?]++(?=\S))*+(?:[.!?]++)?")
+# Longer sentences are not typed memories (they stay in the turn's episode): this bounds the
+# size of a candidate, and so the work of the later stages, whatever a message holds.
+MAX_SENTENCE_CHARS = 2_000
 _NOISE = re.compile(
     r"^\s*(ok(ay)?|thanks?( you)?|thx|cool|great|nice|sure|yes|no|hi|hello|hey|"
     r"bye|lol|haha|got it|sounds good)\W*$",
@@ -37,10 +43,40 @@ class Extractor(Protocol):
         """Typed candidates found in the turn; deterministic ids; may be empty."""
 
 
+class Matcher(Protocol):
+    """What a rule needs of its cue: ``re.Pattern.search`` (a truthy result is a match)."""
+
+    def search(self, string: str, /) -> object: ...
+
+
+@dataclass(frozen=True, slots=True)
+class _Ordered:
+    """``a.*b`` in linear time: the earliest ``a``, then ``b`` anywhere after it. As a regex,
+    ``.*`` scans to the end once per occurrence of ``a`` (quadratic over "first first ...");
+    a ``b`` follows some ``a`` exactly when one follows the earliest."""
+
+    first: re.Pattern[str]
+    then: re.Pattern[str]
+
+    def search(self, string: str, /) -> bool:
+        m = self.first.search(string)
+        return m is not None and self.then.search(string, m.end()) is not None
+
+
+@dataclass(frozen=True, slots=True)
+class _AnyOf:
+    """Any of several matchers (a regex alternation that mixes in an ``_Ordered``)."""
+
+    options: tuple[Matcher, ...]
+
+    def search(self, string: str, /) -> bool:
+        return any(o.search(string) for o in self.options)
+
+
 @dataclass(frozen=True, slots=True)
 class Rule:
     type: MemoryType
-    pattern: re.Pattern[str]
+    pattern: Matcher
     salience: float
     importance: float
     assistant_too: bool = False
@@ -129,7 +165,12 @@ RULES: tuple[Rule, ...] = (
     ),
     Rule(
         MemoryType.TASK_BLUEPRINT,
-        _r(r"\bthe steps (are|to)\b|\bstep 1\b|\bfirst,? .* then\b"),
+        _AnyOf(
+            (
+                _r(r"\bthe steps (are|to)\b|\bstep 1\b"),
+                _Ordered(_r(r"\bfirst,? "), _r(r" then\b")),  # first ... then
+            )
+        ),
         0.6,
         0.6,
         assistant_too=True,
@@ -176,7 +217,7 @@ class RuleExtractor:
                 continue
             for si, sm in enumerate(_SENTENCE.finditer(message.content)):
                 sentence = sm.group(0).strip()
-                if len(sentence) < 8 or _NOISE.match(sentence):
+                if not 8 <= len(sentence) <= MAX_SENTENCE_CHARS or _NOISE.match(sentence):
                     continue
                 for rule in RULES:
                     if not _speaker_allowed(rule, message) or not rule.pattern.search(sentence):

@@ -45,7 +45,7 @@ from memstream.schemas.events import Message, MetaValue, Role, TurnEvent
 from memstream.schemas.memory import MemoryRecord
 from memstream.schemas.recall import Method, RecallReply, RecallRequest
 from memstream.schemas.stack import read_stack
-from memstream.schemas.subjects import MSG_ID_HEADER, Subjects
+from memstream.schemas.subjects import MSG_ID_HEADER, Subjects, msg_id
 
 __all__ = [
     "CommandError",
@@ -232,7 +232,7 @@ class MemoryClient:
             ack = await self._js.publish(
                 subject,
                 event.model_dump_json().encode(),
-                headers={MSG_ID_HEADER: event.event_id},
+                headers={MSG_ID_HEADER: msg_id(event.tenant, event.event_id)},
                 timeout=self.publish_timeout,
             )
         except (TimeoutError, NatsError, OSError) as exc:

@@ -1,8 +1,10 @@
 """Management commands: ``mem.cmd.<verb>`` request-reply, one request model per verb.
 
-Every request names the caller (tenant plus user and/or agent). The server
-scopes every read and write to the caller: a memory of another tenant or
-another owner is ``not_found``, never visible. Replies are ``CommandReply``
+Every request names the caller (tenant plus user and/or agent, and optionally a
+project). The server scopes every read and write to the caller (docs/memory-model.md):
+writes touch only the caller's own memories (same user and same agent); reads also see
+the tenant's ``global`` memories and the caller's project's ``project`` memories. Any
+other memory is ``not_found``, never visible. Replies are ``CommandReply``
 (``ok: true``) or ``ErrorReply`` (``ok: false``, with a code).
 """
 
@@ -13,7 +15,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from memstream.schemas.events import ApiKey, Ident, MetaValue, OptIdent, Tag
+from memstream.schemas.events import ApiKey, Ident, Metadata, OptIdent, Tag, Text
 from memstream.schemas.memory import MemoryRecord, MemoryType, Scope
 from memstream.schemas.recall import RecallReply
 
@@ -26,6 +28,8 @@ class Caller(BaseModel):
     api_key: ApiKey = None  # the tenant's credential (required when the server says so)
     user: OptIdent = None
     agent: OptIdent = None
+    # the caller's project: reads also see its ``project``-scope memories (docs/memory-model.md)
+    project: OptIdent = None
 
     @model_validator(mode="after")
     def _owner(self) -> Caller:
@@ -35,14 +39,14 @@ class Caller(BaseModel):
 
 
 class RememberRequest(Caller):
-    content: Annotated[str, Field(min_length=1, max_length=50_000)]
+    content: Annotated[Text, Field(min_length=1, max_length=50_000)]
     type: MemoryType = MemoryType.FACT
     scope: Scope = Scope.USER
     session: Ident = "default"
     pinned: bool = False
     importance: Annotated[float, Field(ge=0, le=1)] = 0.5
     expires_at: datetime | None = None
-    metadata: dict[str, MetaValue] = Field(default_factory=dict)
+    metadata: Metadata = Field(default_factory=dict)
     tags: Annotated[list[Tag], Field(max_length=32)] = Field(default_factory=list)
 
 
@@ -67,14 +71,14 @@ class ForgetOwnerRequest(Caller):
 
 
 class FactPutRequest(Caller):
-    key: Annotated[str, Field(min_length=1, max_length=200)]
-    value: Annotated[str, Field(min_length=1, max_length=10_000)]
+    key: Ident
+    value: Annotated[Text, Field(min_length=1, max_length=10_000)]
     valid_from: datetime | None = None
     session: Ident = "default"
 
 
 class FactHistoryRequest(Caller):
-    key: Annotated[str, Field(min_length=1, max_length=200)]
+    key: Ident
     at: datetime | None = None  # the version valid at this time; None: the whole chain
 
 
@@ -93,7 +97,7 @@ class SessionRequest(Caller):
 class PeerQueryRequest(Caller):
     """Read another agent's memories (``target_agent``) or all agents' but the caller's."""
 
-    query: Annotated[str, Field(min_length=1, max_length=10_000)]
+    query: Annotated[Text, Field(min_length=1, max_length=10_000)]
     target_agent: OptIdent = None
     top_k: Annotated[int, Field(ge=1, le=100)] = 10
 

@@ -7,6 +7,7 @@ The exception tree (workers)::
     +-- NotFound                not in the caller's scope: a ``not_found`` reply
     +-- PermanentError          this message can never succeed: dead-letter it with the reason
     |   +-- InvalidMessage      does not decode or validate
+    |   +-- DataRejected        a store refused the values (Postgres SQLSTATE class 22 or 54)
     +-- TransientError          may succeed later: nack with a delay
         +-- StorageUnavailable  Postgres or Qdrant did not answer
         +-- EmbedderFailed      the embedding model failed (recall degrades to keywords)
@@ -73,6 +74,12 @@ class PermanentError(MemstreamError):
 
 class InvalidMessage(PermanentError):
     """The payload does not decode or validate."""
+
+
+class DataRejected(PermanentError):
+    """A store refused the data itself (an invalid or oversized value): retrying the same
+    message fails the same way, so a stage dead-letters it at once and a command answers
+    ``bad_request``."""
 
 
 class TransientError(MemstreamError):

@@ -7,16 +7,42 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    field_validator,
+)
 
 SCHEMA_VERSION = 1
 
-# Ids are free text (any character is safe in subjects: see memstream.schemas.subjects),
-# bounded so one event cannot carry megabytes of identifiers.
-Ident = Annotated[str, StringConstraints(min_length=1, max_length=200)]
-OptIdent = Annotated[str, StringConstraints(min_length=1, max_length=200)] | None
-MetaValue = str | int | float | bool | None
-Tag = Annotated[str, StringConstraints(min_length=1, max_length=64)]
+# Ids are free text (any character is safe in subjects: see memstream.schemas.subjects) but
+# for control characters, which are refused: Postgres cannot store NUL, and the id functions
+# join parts with control separators (memstream.schemas.ids). Bounded so one event cannot
+# carry megabytes of identifiers.
+_NO_CONTROL = r"^[^\x00-\x1f\x7f-\x9f]*$"
+Ident = Annotated[str, StringConstraints(min_length=1, max_length=200, pattern=_NO_CONTROL)]
+OptIdent = Ident | None
+Tag = Annotated[str, StringConstraints(min_length=1, max_length=64, pattern=_NO_CONTROL)]
+MetaKey = Annotated[str, StringConstraints(min_length=1, max_length=200, pattern=_NO_CONTROL)]
+
+
+def without_nul(text: str) -> str:
+    """Free text loses its NUL characters: they carry no meaning in a message, and Postgres
+    refuses them in text and jsonb (SQLSTATE 22021 / 22P05)."""
+    return text.replace("\x00", "") if "\x00" in text else text
+
+
+# Free text (contents, queries, metadata values): normalised, never refused for a NUL.
+Text = Annotated[str, AfterValidator(without_nul)]
+MetaValue = Text | int | float | bool | None
+# Metadata as it comes in: every candidate of a turn carries a copy, and the redact stage
+# scans each string, so it is bounded (64 keys of at most 4,000 characters); stored records
+# are read back as ``dict[str, MetaValue]``, unbounded.
+MetaText = Annotated[Text, StringConstraints(max_length=4_000)]
+Metadata = Annotated[dict[MetaKey, MetaText | int | float | bool | None], Field(max_length=64)]
 # A tenant credential: never shown in a repr, a log line or a reply.
 ApiKey = Annotated[str | None, Field(default=None, repr=False, max_length=200)]
 
@@ -38,7 +64,7 @@ class Message(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     role: Role
-    content: Annotated[str, StringConstraints(max_length=1_000_000)] = ""
+    content: Annotated[Text, StringConstraints(max_length=1_000_000)] = ""
     timestamp: datetime | None = None
     sender: OptIdent = None
     # An assistant message that only calls tools, or an intermediate (non-final) one.
@@ -65,7 +91,7 @@ class TurnEvent(BaseModel):
     session: Ident = "default"
     turn_id: OptIdent = None
     messages: Annotated[list[Message], Field(min_length=1, max_length=1000)]
-    metadata: dict[str, MetaValue] = Field(default_factory=dict)
+    metadata: Metadata = Field(default_factory=dict)
     tags: Annotated[list[Tag], Field(max_length=32)] = Field(default_factory=list)
     occurred_at: datetime = Field(default_factory=lambda: datetime.now(UTC))
 

@@ -7,6 +7,7 @@ computes the same ids and the same rows.
 from __future__ import annotations
 
 import hashlib
+import json
 import unicodedata
 import uuid
 from typing import NewType
@@ -29,11 +30,36 @@ def content_hash(text: str) -> str:
     return hashlib.sha256(normalise_content(text).encode("utf-8")).hexdigest()
 
 
-def memory_id(tenant: str, owner_key: str, kind: str, chash: str) -> MemoryId:
-    """One memory per (tenant, owner scope, type, normalised content): the exact-dedupe key."""
-    return MemoryId(str(uuid.uuid5(_NAMESPACE, f"{tenant}\x1f{owner_key}\x1f{kind}\x1f{chash}")))
+# Parts joined by a separator are ambiguous when a part contains it. Identifiers cannot
+# (``schemas.events.Ident`` refuses control characters), so every id stored so far is in the
+# joined form and stays what it was: dedupe keeps working across a deploy. Parts that do
+# contain a separator (free text, or a direct caller) take an unambiguous JSON encoding in a
+# namespace of its own, so the two forms never meet.
+_SEPARATORS = ("\x1f", "\x1e")
+_JSON_NAMESPACE = uuid.UUID("0d6b4c52-3f0e-4d8e-a1c7-9b2f5e8a6c13")
+
+
+def _uuid(parts: tuple[str, ...], joined: str) -> str:
+    if any(sep in part for part in parts for sep in _SEPARATORS):
+        return str(uuid.uuid5(_JSON_NAMESPACE, json.dumps(parts)))
+    return str(uuid.uuid5(_NAMESPACE, joined))
+
+
+def owner_key(user: str | None, agent: str | None) -> str:
+    """The owner's part of a memory id and of the memory-off table (legacy joined form)."""
+    return f"{user or ''}\x1e{agent or ''}"
+
+
+def memory_id(tenant: str, user: str | None, agent: str | None, kind: str, chash: str) -> MemoryId:
+    """One memory per (tenant, owner, type, normalised content): the exact-dedupe key.
+    Injective: distinct inputs give distinct ids (up to uuid5 collisions)."""
+    joined = f"{tenant}\x1f{owner_key(user, agent)}\x1f{kind}\x1f{chash}"
+    # None and "" are one owner part in the joined form; identifiers are never empty
+    parts = (tenant, user or "", agent or "", kind, chash)
+    return MemoryId(_uuid(parts, joined))
 
 
 def derived_id(*parts: str) -> str:
-    """A stable uuid for anything derived from other ids (candidates, audit rows)."""
-    return str(uuid.uuid5(_NAMESPACE, "\x1f".join(parts)))
+    """A stable uuid for anything derived from other ids (candidates, audit rows); injective
+    over the parts."""
+    return _uuid(parts, "\x1f".join(parts))

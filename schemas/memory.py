@@ -6,9 +6,15 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
-from memstream.schemas.events import Ident, MetaValue, OptIdent
+from memstream.schemas.events import Ident, Metadata, MetaValue, OptIdent, Tag, Text
+from memstream.schemas.ids import owner_key
+
+# The longest memory text a candidate may carry: an episode is cut at 8,000 characters and a
+# typed sentence at 2,000; an explicit ``remember`` takes up to 50,000. A larger candidate on
+# a stage subject is refused (dead-lettered with the reason), so no stage works on megabytes.
+MAX_CANDIDATE_CHARS = 50_000
 
 
 class MemoryType(StrEnum):
@@ -34,6 +40,9 @@ class Scope(StrEnum):
     GLOBAL = "global"
 
 
+# scopes other owners of the tenant may read (docs/memory-model.md)
+SHARED_SCOPES = frozenset({Scope.PROJECT, Scope.GLOBAL})
+
 Unit = Annotated[float, Field(ge=0.0, le=1.0)]
 
 
@@ -48,7 +57,8 @@ class Owner(BaseModel):
 
     @property
     def key(self) -> str:
-        return f"{self.user or ''}\x1e{self.agent or ''}"
+        key: str = owner_key(self.user, self.agent)
+        return key
 
 
 class Candidate(BaseModel):
@@ -64,19 +74,19 @@ class Candidate(BaseModel):
     session: Ident
     type: MemoryType = MemoryType.EPISODE
     scope: Scope = Scope.USER
-    content: str
+    content: Annotated[Text, StringConstraints(max_length=MAX_CANDIDATE_CHARS)]
     salience: Unit = 0.5
     confidence: Unit = 1.0
     importance: Unit = 0.5
     source_event_id: Ident
     occurred_at: datetime
-    metadata: dict[str, MetaValue] = Field(default_factory=dict)
+    metadata: Metadata = Field(default_factory=dict)
     # Filled by redact: counts by placeholder type. Never the values.
     redactions: dict[str, int] = Field(default_factory=dict)
     redacted: bool = False
     pinned: bool = False
     expires_at: datetime | None = None
-    tags: list[str] = Field(default_factory=list)
+    tags: list[Tag] = Field(default_factory=list)
 
 
 class MemoryRecord(BaseModel):

@@ -8,7 +8,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from memstream.schemas.events import ApiKey, Ident, MetaValue, OptIdent, Tag
+from memstream.schemas.events import ApiKey, Ident, MetaValue, OptIdent, Tag, Text
 from memstream.schemas.memory import MemoryType, Scope
 
 
@@ -41,8 +41,10 @@ class RecallRequest(BaseModel):
     api_key: ApiKey = None  # the tenant's credential (required when the server says so)
     user: OptIdent = None
     agent: OptIdent = None
+    # the caller's project: its ``project``-scope memories are shared (docs/memory-model.md)
+    project: OptIdent = None
     session: OptIdent = None
-    query: Annotated[str, Field(min_length=1, max_length=10_000)]
+    query: Annotated[Text, Field(min_length=1, max_length=10_000)]
     top_k: Annotated[int, Field(ge=-1, le=MAX_HITS)] = 10  # -1: all above the threshold
     method: Method = Method.HYBRID
     context: Context = Context.ALL

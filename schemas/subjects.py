@@ -26,6 +26,7 @@ STAGES = ("extract", "redact", "dedupe", "store")
 DLQ_REASON_HEADER = "Memstream-Dlq-Reason"
 DLQ_STAGE_HEADER = "Memstream-Dlq-Stage"
 DLQ_SUBJECT_HEADER = "Memstream-Dlq-Subject"
+DLQ_BODY_HEADER = "Memstream-Dlq-Body"  # set when the body was too large to keep
 MSG_ID_HEADER = "Nats-Msg-Id"
 
 
@@ -42,6 +43,34 @@ def token(value: str) -> str:
         else:
             out.extend(f"%{b:02X}" for b in ch.encode("utf-8"))
     return "".join(out)
+
+
+def msg_id(tenant: str, key: str) -> str:
+    """The ``Nats-Msg-Id`` of a publish: the key scoped by tenant. A stream's duplicate window
+    spans tenants, so two tenants' equal event ids must not collide; the tenant's token holds
+    no ``.``, so the pair is recoverable from the id (injective)."""
+    return f"{token(tenant)}.{key}"
+
+
+def valid_token(tok: str) -> bool:
+    """Whether ``tok`` is something :func:`token` can produce (so :func:`untoken` reads it)."""
+    if not tok:
+        return False
+    i = 0
+    while i < len(tok):
+        if tok[i] == "%":
+            if len(tok) < i + 3 or any(c not in "0123456789ABCDEF" for c in tok[i + 1 : i + 3]):
+                return False
+            i += 3
+        elif tok[i] in _SAFE:
+            i += 1
+        else:
+            return False
+    try:
+        untoken(tok)
+    except UnicodeDecodeError:
+        return False
+    return True
 
 
 def untoken(tok: str) -> str:
@@ -112,3 +141,39 @@ class Subjects:
 
     def durable(self, stage_name: str) -> str:
         return f"{self.prefix}-{stage_name}"
+
+    def parse_turns(self, subject: str) -> tuple[str, str, str] | None:
+        """(tenant, owner, session) of a turn subject of this namespace, else None."""
+        parts = subject.split(".")
+        if len(parts) != 5 or parts[:2] != [self.prefix, "turns"]:
+            return None
+        if not all(valid_token(t) for t in parts[2:]):
+            return None
+        return untoken(parts[2]), untoken(parts[3]), untoken(parts[4])
+
+    def parse_stage(self, subject: str) -> tuple[str, str] | None:
+        """(stage, tenant) of a stage subject of this namespace, else None."""
+        parts = subject.split(".")
+        if len(parts) != 4 or parts[:2] != [self.prefix, "stage"] or parts[2] not in STAGES:
+            return None
+        return (parts[2], untoken(parts[3])) if valid_token(parts[3]) else None
+
+    def turn_mismatch(self, subject: str, tenant: str, owner: str, session: str) -> str | None:
+        """Why a turn body does not belong on ``subject`` (None when it does): the subject is
+        what publish permissions are granted on, so the body may not name another tenant,
+        owner or session than the subject it arrived on."""
+        if subject == self.turns(tenant, owner, session):
+            return None
+        return "the turn's tenant, owner or session disagrees with its subject"
+
+    def stage_mismatch(self, subject: str, stage: str, tenant: str) -> str | None:
+        """Why a candidate does not belong on the stage subject it arrived on (None when it
+        does): another stage's subject, or another tenant than the body's."""
+        if subject == self.stage(stage, tenant):
+            return None
+        return f"the candidate's tenant disagrees with its subject (or it is not a {stage} subject)"
+
+    def replayable(self, subject: str) -> bool:
+        """Whether a dead letter may be sent back to ``subject``: only this namespace's own
+        turn and stage subjects (the header naming it is data, not an instruction)."""
+        return self.parse_turns(subject) is not None or self.parse_stage(subject) is not None

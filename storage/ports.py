@@ -39,15 +39,28 @@ class VectorPoint:
     record: Record = field(default_factory=dict)
     pinned: bool = False
     tags: Sequence[str] = ()
+    project: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class VectorFilter:
-    """Tenant is mandatory; every other field narrows (AND). ``None``/empty = no condition."""
+    """Tenant is mandatory. Whose points match (docs/memory-model.md):
+
+    - ``user`` and/or ``agent`` set: the owner exactly (both equal; an unset one matches
+      only points without it). ``shared``: also the tenant's ``global`` points and the
+      ``project`` points of ``project``, whoever owns them (reads, never writes).
+    - ``peer``: agent-owned points only (no user), of ``agent`` if set, never of
+      ``exclude_agent``.
+    - neither: the whole tenant (internal readers: reindexing, dedupe by id).
+
+    Every other field narrows (AND); ``None``/empty = no condition."""
 
     tenant: str
     user: str | None = None
     agent: str | None = None
+    project: str | None = None
+    shared: bool = False
+    peer: bool = False
     session: str | None = None
     types: Sequence[MemoryType] = field(default_factory=tuple)
     scopes: Sequence[Scope] = field(default_factory=tuple)
@@ -55,7 +68,7 @@ class VectorFilter:
     occurred_from: float | None = None  # occurred_at >= this (unix seconds)
     occurred_to: float | None = None  # occurred_at <= this (unix seconds)
     tags: Sequence[str] = ()  # the point's tags contain every one of these
-    exclude_agent: str | None = None  # agent IS NOT NULL AND agent != this
+    exclude_agent: str | None = None  # with ``peer``: every agent but this one
 
 
 class VectorIndex(Protocol):
@@ -146,6 +159,28 @@ class Embedder(Protocol):
 
     def embed_query(self, text: str) -> list[float]:
         """One query vector."""
+
+
+def visible(
+    flt: VectorFilter, user: str | None, agent: str | None, scope: str, project: str | None
+) -> bool:
+    """Whether a point of the filter's tenant with this owner, scope and project is one
+    ``flt`` may read (the owner rules above, as the adapters' filters apply them). Readers
+    re-check the records they use with it."""
+    if flt.peer:
+        return (
+            user is None
+            and agent is not None
+            and (flt.agent is None or agent == flt.agent)
+            and agent != flt.exclude_agent
+        )
+    if flt.user is None and flt.agent is None:
+        return True
+    if user == flt.user and agent == flt.agent:
+        return True
+    return flt.shared and (
+        scope == "global" or (scope == "project" and project is not None and project == flt.project)
+    )
 
 
 def sparse_pairs(sparse: Mapping[int, float]) -> tuple[list[int], list[float]]:

@@ -7,12 +7,13 @@ translated here, once: connection failures become ``StorageUnavailable``.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import re
 import secrets
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from importlib import resources
@@ -20,7 +21,7 @@ from typing import Any
 
 import asyncpg
 
-from memstream.schemas.errors import StorageUnavailable
+from memstream.schemas.errors import DataRejected, StorageUnavailable
 from memstream.schemas.memory import Candidate, MemoryRecord, MemoryType, Scope
 from memstream.storage.pgpool import OUTAGE, GuardedPool
 
@@ -28,18 +29,54 @@ _MIGRATION_LOCK = 0x6D656D73  # "mems"
 _WORD = re.compile(r"[^\W_]+", re.UNICODE)
 _TRANSIENT = OUTAGE  # storage/pgpool.py says why each class is there
 
+# The values themselves are refused (SQLSTATE class 22: NUL in text 22021, \u0000 in jsonb
+# 22P05, NaN in jsonb 22P02 ...; class 54: a tsvector or index row over the size limits):
+# the same message fails the same way every time, so it is permanent.
+_PERMANENT = (asyncpg.exceptions.DataError, asyncpg.exceptions.ProgramLimitExceededError)
+
+
+def _rejected(exc: asyncpg.PostgresError) -> DataRejected:
+    """The SQLSTATE and its class name only: a driver message may quote the value."""
+    return DataRejected(
+        f"postgres refused the data: SQLSTATE {exc.sqlstate} ({type(exc).__name__})"
+    )
+
+
+async def _queue_vector_deletes(con: Any, tenant: str, ids: Sequence[str]) -> None:
+    """Queue the points of ``ids`` for deletion, inside the caller's transaction: the memory
+    change and the promise to delete its point commit together (``vector_deletes``)."""
+    if ids:
+        await con.execute(
+            "INSERT INTO vector_deletes (tenant, memory_id) SELECT $1, unnest($2::uuid[]) "
+            "ON CONFLICT DO NOTHING",
+            tenant,
+            list(ids),
+        )
+
 
 @dataclass(frozen=True, slots=True)
 class OwnerFilter:
-    """Tenant always; user/agent/session narrow when set."""
+    """Tenant always. Whose memories (docs/memory-model.md; the same rules as
+    ``storage.ports.VectorFilter``):
+
+    - ``user`` and/or ``agent`` set: that owner exactly (an unset one matches only NULL).
+      ``shared`` (reads): also the tenant's ``global`` memories and the ``project`` ones of
+      ``project``, whoever owns them.
+    - ``peer``: agent-owned memories (no user), of ``agent`` if set, never ``exclude_agent``'s.
+    - neither: the whole tenant (internal readers only).
+
+    session, types, scopes, time and tags narrow when set."""
 
     tenant: str
     user: str | None = None
     agent: str | None = None
+    project: str | None = None
+    shared: bool = False
+    peer: bool = False
     session: str | None = None
     types: Sequence[MemoryType] = ()
     scopes: Sequence[Scope] = ()
-    exclude_agent: str | None = None  # peer_query_any: every agent but this one
+    exclude_agent: str | None = None  # with ``peer``: every agent but this one
     occurred_from: datetime | None = None
     occurred_to: datetime | None = None
     tags: Sequence[str] = ()  # every one of these
@@ -76,13 +113,11 @@ def _where(flt: OwnerFilter, args: list[Any], now: datetime, live: bool = True) 
             f"(valid_to IS NULL OR valid_to > {n})",
             f"(valid_from IS NULL OR valid_from <= {n})",
         ]
-    for column, value in (("user_id", flt.user), ("agent_id", flt.agent), ("session", flt.session)):
-        if value is not None:
-            args.append(value)
-            parts.append(f"{column} = ${len(args)}")
-    if flt.exclude_agent is not None:
-        args.append(flt.exclude_agent)
-        parts.append(f"agent_id IS NOT NULL AND agent_id <> ${len(args)}")
+    if owner := _owner_sql(flt, args):
+        parts.append(owner)
+    if flt.session is not None:
+        args.append(flt.session)
+        parts.append(f"session = ${len(args)}")
     if flt.types:
         args.append([t.value for t in flt.types])
         parts.append(f"type = ANY(${len(args)}::text[])")
@@ -99,6 +134,37 @@ def _where(flt: OwnerFilter, args: list[Any], now: datetime, live: bool = True) 
         args.append(list(flt.tags))
         parts.append(f"tags @> ${len(args)}::text[]")
     return " AND ".join(parts)
+
+
+def _owner_sql(flt: OwnerFilter, args: list[Any]) -> str | None:
+    """The owner condition of ``flt`` (see ``OwnerFilter``), None for the whole tenant. An
+    unset user or agent is written ``IS NULL`` (not ``IS NOT DISTINCT FROM $n``, which no
+    index serves)."""
+
+    def equal(column: str, value: str | None) -> str:
+        if value is None:
+            return f"{column} IS NULL"
+        args.append(value)
+        return f"{column} = ${len(args)}"
+
+    if flt.peer:
+        parts = ["user_id IS NULL", "agent_id IS NOT NULL"]
+        if flt.agent is not None:
+            parts.append(equal("agent_id", flt.agent))
+        if flt.exclude_agent is not None:
+            args.append(flt.exclude_agent)
+            parts.append(f"agent_id <> ${len(args)}")
+        return " AND ".join(parts)
+    if flt.user is None and flt.agent is None:
+        return None
+    own = f"{equal('user_id', flt.user)} AND {equal('agent_id', flt.agent)}"
+    if not flt.shared:
+        return own
+    shared = [f"({own})", "scope = 'global'"]
+    if flt.project is not None:
+        args.append(flt.project)
+        shared.append(f"(scope = 'project' AND project = ${len(args)})")
+    return f"({' OR '.join(shared)})"
 
 
 def keyword_query(text: str) -> str:
@@ -237,6 +303,19 @@ class PgStore:
             return list(await self._pool.fetch(sql, *args))
         except _TRANSIENT as exc:
             raise StorageUnavailable("postgres did not answer") from exc
+        except _PERMANENT as exc:
+            raise _rejected(exc) from exc
+
+    @contextlib.asynccontextmanager
+    async def _transaction(self) -> AsyncIterator[Any]:
+        """A pooled connection inside a transaction, driver errors translated here."""
+        try:
+            async with self._pool.acquire() as con, con.transaction():
+                yield con
+        except _TRANSIENT as exc:
+            raise StorageUnavailable("postgres did not answer") from exc
+        except _PERMANENT as exc:
+            raise _rejected(exc) from exc
 
     async def ping(self) -> None:
         """One round trip (health checks); raises StorageUnavailable when it fails."""
@@ -300,7 +379,7 @@ class PgStore:
             list(c.tags),
         )
         try:
-            async with self._pool.acquire() as con, con.transaction():
+            async with self._transaction() as con:
                 inserted: bool = await con.fetchval(sql, *args)
                 kind = "stored" if inserted else "merged"
                 await self._event(
@@ -353,6 +432,8 @@ class PgStore:
                 await self._event(con, tenant, memory_id, kind, cause, detail or {})
         except _TRANSIENT as exc:
             raise StorageUnavailable("postgres did not answer") from exc
+        except _PERMANENT as exc:
+            raise _rejected(exc) from exc
 
     async def events_for(self, tenant: str, memory_id: str | None = None) -> list[dict[str, Any]]:
         """The audit trail of one memory (or a tenant), oldest first."""
@@ -422,7 +503,7 @@ class PgStore:
 
     async def merge(self, tenant: str, memory_id: str, source_event_id: str) -> bool:
         """Fold a near-duplicate's source event into an existing live memory."""
-        async with self._pool.acquire() as con, con.transaction():
+        async with self._transaction() as con:
             row = await con.fetchrow(
                 "UPDATE memories SET source_event_ids = CASE WHEN $3 = ANY(source_event_ids) "
                 "THEN source_event_ids ELSE source_event_ids || $3::text END, updated_at = $4, "
@@ -594,7 +675,7 @@ class PgStore:
         """Pin (ranks first, never expires) or unpin; None when not the caller's memory."""
         args: list[Any] = [memory_id, pinned]
         where = _where(flt, args, self.clock(), live=False)
-        async with self._pool.acquire() as con, con.transaction():
+        async with self._transaction() as con:
             row = await con.fetchrow(
                 f"UPDATE memories SET pinned = $2, updated_at = now() WHERE id = $1 AND {where} "
                 f"RETURNING {_COLUMNS}",
@@ -610,7 +691,7 @@ class PgStore:
         """Forget one memory: tombstoned now, hidden from every read."""
         args: list[Any] = [memory_id, self.clock()]
         where = _where(flt, args, self.clock(), live=False)
-        async with self._pool.acquire() as con, con.transaction():
+        async with self._transaction() as con:
             row = await con.fetchrow(
                 f"UPDATE memories SET deleted_at = $2, updated_at = $2 WHERE id = $1 AND {where} "
                 "RETURNING id",
@@ -618,6 +699,7 @@ class PgStore:
             )
             if row is None:
                 return False
+            await _queue_vector_deletes(con, flt.tenant, [memory_id])
             await self._event(con, flt.tenant, memory_id, "forgotten", "tombstone", {})
         return True
 
@@ -626,9 +708,10 @@ class PgStore:
         Returns the ids removed; one audit row records the erasure (no content)."""
         args: list[Any] = []
         where = _where(flt, args, self.clock(), live=False).replace("deleted_at IS NULL", "true")
-        async with self._pool.acquire() as con, con.transaction():
+        async with self._transaction() as con:
             rows = await con.fetch(f"DELETE FROM memories WHERE {where} RETURNING id", *args)
             ids = [str(r["id"]) for r in rows]
+            await _queue_vector_deletes(con, flt.tenant, ids)
             await self._event(
                 con,
                 flt.tenant,
@@ -656,11 +739,14 @@ class PgStore:
 
     async def put_fact(
         self, memory_id: str, content_hash: str, c: Candidate, key: str, valid_from: datetime
-    ) -> MemoryRecord | None:
+    ) -> tuple[MemoryRecord | None, str]:
         """Insert a fact version valid from ``valid_from``; the version current until then is
-        closed (valid_to, superseded_by). Returns the closed version, if any."""
+        closed (valid_to, superseded_by) and its point queued for deletion. Returns (the closed
+        version or None, the id of the current version). Putting the value the current
+        version already holds changes nothing (a retried put): (None, its id). A value held
+        by an earlier, closed version opens a new version (A, B, then A again)."""
         owner = OwnerFilter(tenant=c.owner.tenant, user=c.owner.user, agent=c.owner.agent)
-        async with self._pool.acquire() as con, con.transaction():
+        async with self._transaction() as con:
             args: list[Any] = [key, memory_id]
             where = _where(owner, args, self.clock(), live=False)
             old = await con.fetchrow(
@@ -668,12 +754,14 @@ class PgStore:
                 f"superseded_by IS NULL AND valid_to IS NULL AND {where} FOR UPDATE",
                 *args,
             )
+            if old is not None and old["content_hash"] == content_hash:
+                return None, str(old["id"])
             await con.execute(
                 """INSERT INTO memories (id, tenant, user_id, agent_id, session, scope, type,
                     content, content_hash, source_event_ids, metadata, occurred_at, fact_key,
-                    valid_from, created_at, updated_at, importance, confidence)
+                    valid_from, created_at, updated_at, importance, confidence, project)
                 VALUES ($1,$2,$3,$4,$5,$6,'fact',$7,$8,ARRAY[$9::text],$10::jsonb,$11,$12,$13,
-                        $14,$14,$15,1.0)
+                        $14,$14,$15,1.0,$16)
                 ON CONFLICT (id) DO NOTHING""",
                 memory_id,
                 c.owner.tenant,
@@ -690,6 +778,7 @@ class PgStore:
                 valid_from,
                 self.clock(),
                 c.importance,
+                c.project,
             )
             if old is not None:
                 await con.execute(
@@ -700,6 +789,7 @@ class PgStore:
                     memory_id,
                     self.clock(),
                 )
+                await _queue_vector_deletes(con, c.owner.tenant, [str(old["id"])])
                 await self._event(
                     con,
                     c.owner.tenant,
@@ -716,7 +806,7 @@ class PgStore:
                 c.source_event_id,
                 {"fact_key": key, "supersedes": str(old["id"]) if old else None},
             )
-        return _record(old) if old is not None else None
+        return (_record(old) if old is not None else None), memory_id
 
     async def fact_history(self, flt: OwnerFilter, key: str) -> list[MemoryRecord]:
         """Every version of a fact, oldest first."""
@@ -783,7 +873,7 @@ class PgStore:
     ) -> list[tuple[str, str, str | None, str | None]]:
         """Delete memories past expires_at (pinned ones never expire); returns
         (tenant, id, user, agent) of each removed."""
-        async with self._pool.acquire() as con, con.transaction():
+        async with self._transaction() as con:
             rows = await con.fetch(
                 "DELETE FROM memories WHERE id IN (SELECT id FROM memories WHERE expires_at <= $1 "
                 "AND NOT pinned LIMIT $2) RETURNING tenant, id, user_id, agent_id",
@@ -791,8 +881,36 @@ class PgStore:
                 limit,
             )
             for r in rows:
+                await _queue_vector_deletes(con, r["tenant"], [str(r["id"])])
                 await self._event(con, r["tenant"], str(r["id"]), "expired", "sweeper", {})
         return [(r["tenant"], str(r["id"]), r["user_id"], r["agent_id"]) for r in rows]
+
+    async def pending_vector_deletes(self, limit: int = 1000) -> dict[str, list[str]]:
+        """Points still to delete (queued with their memory's change), by tenant."""
+        rows = await self._fetch(
+            "SELECT tenant, memory_id FROM vector_deletes ORDER BY at LIMIT $1", limit
+        )
+        out: dict[str, list[str]] = {}
+        for r in rows:
+            out.setdefault(r["tenant"], []).append(str(r["memory_id"]))
+        return out
+
+    async def vector_deletes_done(self, tenant: str, ids: Sequence[str]) -> None:
+        """The points of ``ids`` are deleted: drop them from the queue. A memory among them
+        that is live again (re-stored after it was forgotten) may have been indexed before
+        the delete ran, so it is marked unindexed and the reconciler indexes it again."""
+        async with self._transaction() as con:
+            await con.execute(
+                "DELETE FROM vector_deletes WHERE tenant = $1 AND memory_id = ANY($2::uuid[])",
+                tenant,
+                list(ids),
+            )
+            await con.execute(
+                "UPDATE memories SET indexed = false WHERE tenant = $1 AND id = ANY($2::uuid[]) "
+                "AND deleted_at IS NULL AND superseded_by IS NULL AND indexed",
+                tenant,
+                list(ids),
+            )
 
     # --- tenant credentials ----------------------------------------------------------------
 

@@ -77,6 +77,7 @@ from memstream.storage.ports import (
     VectorFilter,
     VectorPoint,
     sparse_pairs,
+    visible,
 )
 from memstream.storage.termstats import MIN_IDF, TermStats
 
@@ -88,13 +89,26 @@ SPARSE_NAME = "bm25"
 # the owner key fields by what the filter names (``owner_key``); earlier versions stored one
 # list field "owner" of longer keys
 OWNER_FIELDS = {"t": "o_t", "u": "o_u", "a": "o_a", "ua": "o_ua"}
-KEYWORD_FIELDS = (*OWNER_FIELDS.values(), "user", "agent", "session", "type", "scope", "tags")
+# the key of the point's exact owner (its own kind): own reads match the owner exactly, so a
+# user-only caller never sees the user's memories with an agent (``o_u`` holds both)
+EXACT_FIELD = "o_x"
+KEYWORD_FIELDS = (
+    *OWNER_FIELDS.values(),
+    EXACT_FIELD,
+    "user",
+    "agent",
+    "session",
+    "type",
+    "scope",
+    "project",
+    "tags",
+)
 FLOAT_FIELDS = ("occurred_at", "expires_at")
 BOOL_FIELDS = ("pinned",)
 _DIRECT_WRITE_MAX = 16  # points per write run on the loop; larger batches go to a thread
 _DIRECT_FETCH_MAX = 64  # ids per fetch run on the loop (~0.3 ms for 20); more go to a thread
 _SCAN_PAGE = 2000  # points per page when counting term statistics at load
-_OWNER_FIELDS = ["tenant", "user", "agent"]
+_OWNER_FIELDS = ["tenant", "user", "agent", "scope", "project"]
 _STORED_FIELDS = [*_OWNER_FIELDS, "expires_at"]  # what the adapter's own counts are made of
 _CONFIG_FILE = "edge_config.json"
 _CANONICAL = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\Z").match
@@ -131,6 +145,7 @@ def owner_payload(tenant: str, user: str | None, agent: str | None) -> dict[str,
         keys[OWNER_FIELDS["a"]] = owner_key(tenant, None, agent)
     if user is not None and agent is not None:
         keys[OWNER_FIELDS["ua"]] = owner_key(tenant, user, agent)
+    keys[EXACT_FIELD] = owner_key(tenant, user, agent)
     return keys
 
 
@@ -144,6 +159,7 @@ def payload(p: VectorPoint) -> dict[str, Any]:
         "session": p.session,
         "type": p.type.value,
         "scope": p.scope.value,
+        "project": p.project,
         "occurred_at": p.occurred_at,
         "expires_at": p.expires_at,
         "pinned": p.pinned,
@@ -156,13 +172,38 @@ def _match(key: str, value: str) -> qe.FieldCondition:
     return qe.FieldCondition(key, match=qe.MatchValue(value))
 
 
+def _owner_conditions(flt: VectorFilter) -> tuple[list[Any], list[Any]]:
+    """(must, must_not) for whose points ``flt`` reads (``VectorFilter``'s owner rules): one
+    exact owner key, a tenant key with ``should`` over the owner and the shared scopes, an
+    agent (or tenant) key without a user for peer reads, or the tenant key alone."""
+    tenant_key = _match(OWNER_FIELDS["t"], owner_key(flt.tenant, None, None))
+    if flt.peer:
+        kind = "a" if flt.agent is not None else "t"
+        must: list[Any] = [
+            _match(OWNER_FIELDS[kind], owner_key(flt.tenant, None, flt.agent)),
+            qe.IsEmptyCondition("user"),
+        ]
+        must_not: list[Any] = [qe.IsEmptyCondition("agent")]
+        if flt.exclude_agent is not None:
+            must_not.append(_match("agent", flt.exclude_agent))
+        return must, must_not
+    if flt.user is None and flt.agent is None:
+        return [tenant_key], []
+    own = _match(EXACT_FIELD, owner_key(flt.tenant, flt.user, flt.agent))
+    if not flt.shared:
+        return [own], []
+    shared: list[Any] = [own, _match("scope", "global")]
+    if flt.project is not None:
+        shared.append(qe.Filter(must=[_match("scope", "project"), _match("project", flt.project)]))
+    return [tenant_key, qe.Filter(should=shared)], []
+
+
 def edge_filter(flt: VectorFilter, may_expire: bool = True) -> qe.Filter:
-    """The owner key of the tenant, or of the user and/or agent the filter names; every other
-    field of ``flt`` narrows (AND); expired points are hidden. ``may_expire=False`` (no point
-    of the tenant has expired at ``flt.now``: ``Expiries``) leaves the expiry condition out:
-    it costs ~160 ns per point on an unindexed segment, ~0.3 ms per leg for 2,000 points."""
-    field = OWNER_FIELDS[owner_kind(flt.user, flt.agent)]
-    must: list[Any] = [_match(field, owner_key(flt.tenant, flt.user, flt.agent))]
+    """Whose points (``_owner_conditions``); every other field of ``flt`` narrows (AND);
+    expired points are hidden. ``may_expire=False`` (no point of the tenant has expired at
+    ``flt.now``: ``Expiries``) leaves the expiry condition out: it costs ~160 ns per point on
+    an unindexed segment, ~0.3 ms per leg for 2,000 points."""
+    must, must_not = _owner_conditions(flt)
     if flt.session is not None:
         must.append(_match("session", flt.session))
     if flt.types:
@@ -173,11 +214,8 @@ def edge_filter(flt: VectorFilter, may_expire: bool = True) -> qe.Filter:
     if flt.occurred_from is not None or flt.occurred_to is not None:
         span = qe.RangeFloat(gte=flt.occurred_from, lte=flt.occurred_to)
         must.append(qe.FieldCondition("occurred_at", range=span))
-    must_not: list[Any] = []
     if flt.now is not None and may_expire:  # a null expires_at never matches the range: kept
         must_not.append(qe.FieldCondition("expires_at", range=qe.RangeFloat(lte=flt.now)))
-    if flt.exclude_agent is not None:  # agent IS NOT NULL AND agent != exclude_agent
-        must_not += [qe.IsEmptyCondition("agent"), _match("agent", flt.exclude_agent)]
     return qe.Filter(must=must, must_not=must_not or None)
 
 
@@ -394,7 +432,7 @@ class EdgeVectorIndex:
             page = qe.ScrollRequest(
                 offset=offset,
                 limit=_SCAN_PAGE,
-                with_payload=qe.PayloadSelector.Include([*_STORED_FIELDS, OWNER_FIELDS["t"]]),
+                with_payload=qe.PayloadSelector.Include([*_STORED_FIELDS, EXACT_FIELD]),
                 with_vector=[SPARSE_NAME] if stats is not None else False,
             )
             records, offset = shard.scroll(page)
@@ -405,7 +443,7 @@ class EdgeVectorIndex:
             keyless: dict[tuple[str, str | None, str | None], list[Any]] = {}
             for r in records:
                 p = r.payload or {}
-                if OWNER_FIELDS["t"] not in p and "tenant" in p:
+                if EXACT_FIELD not in p and "tenant" in p:
                     keyless.setdefault((p["tenant"], p.get("user"), p.get("agent")), []).append(
                         r.id
                     )
@@ -508,11 +546,12 @@ class EdgeVectorIndex:
         inline = limit <= self.direct_search_max and self.searches_inline
         hits = await self._read("query", inline, self.shard.query, request)
         if with_records:  # the payloads are read anyway: the owner is checked exactly here
-            owner = {"tenant": flt.tenant, "user": flt.user, "agent": flt.agent}
             out = []
             for h in hits:
                 p = h.payload or {}
-                if all(v is None or p.get(k) == v for k, v in owner.items()):
+                if p.get("tenant") == flt.tenant and visible(
+                    flt, p.get("user"), p.get("agent"), str(p.get("scope")), p.get("project")
+                ):
                     out.append((str(h.id), float(h.score), _record(p)))
             return out
         return [(str(h.id), float(h.score)) for h in hits]

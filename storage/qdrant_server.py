@@ -47,7 +47,7 @@ __all__ = ["ServerVectorIndex"]
 T = TypeVar("T")
 
 SPARSE_NAME = "bm25"
-KEYWORD_FIELDS = ("user", "agent", "session", "type", "scope", "tags")
+KEYWORD_FIELDS = ("user", "agent", "session", "type", "scope", "project", "tags")
 FLOAT_FIELDS = ("occurred_at", "expires_at")
 BOOL_FIELDS = ("pinned",)
 _UNAVAILABLE: tuple[type[BaseException], ...] = (
@@ -74,6 +74,7 @@ def payload(p: VectorPoint) -> dict[str, Any]:
         "session": p.session,
         "type": p.type.value,
         "scope": p.scope.value,
+        "project": p.project,
         "occurred_at": p.occurred_at,
         "expires_at": p.expires_at,
         "pinned": p.pinned,
@@ -86,12 +87,46 @@ def _match(key: str, value: str) -> models.FieldCondition:
     return models.FieldCondition(key=key, match=models.MatchValue(value=value))
 
 
-def server_filter(flt: VectorFilter) -> models.Filter:
-    """Tenant always; every other field of ``flt`` narrows (AND); expired points are hidden."""
+def _empty(key: str) -> models.IsEmptyCondition:
+    return models.IsEmptyCondition(is_empty=models.PayloadField(key=key))
+
+
+def _owner_conditions(flt: VectorFilter) -> tuple[list[models.Condition], list[models.Condition]]:
+    """(must, must_not) for whose points ``flt`` reads (``VectorFilter``'s owner rules); an
+    unset user or agent of the owner matches only points without one."""
     must: list[models.Condition] = [_match("tenant", flt.tenant)]
-    for key, value in (("user", flt.user), ("agent", flt.agent), ("session", flt.session)):
-        if value is not None:
-            must.append(_match(key, value))
+    if flt.peer:
+        must.append(_empty("user"))
+        if flt.agent is not None:
+            must.append(_match("agent", flt.agent))
+        must_not: list[models.Condition] = [_empty("agent")]
+        if flt.exclude_agent is not None:
+            must_not.append(_match("agent", flt.exclude_agent))
+        return must, must_not
+    if flt.user is None and flt.agent is None:
+        return must, []
+    own = models.Filter(
+        must=[
+            _match(key, value) if value is not None else _empty(key)
+            for key, value in (("user", flt.user), ("agent", flt.agent))
+        ]
+    )
+    if not flt.shared:
+        return [*must, own], []
+    shared: list[models.Condition] = [own, _match("scope", "global")]
+    if flt.project is not None:
+        shared.append(
+            models.Filter(must=[_match("scope", "project"), _match("project", flt.project)])
+        )
+    return [*must, models.Filter(should=shared)], []
+
+
+def server_filter(flt: VectorFilter) -> models.Filter:
+    """Whose points (``_owner_conditions``); every other field of ``flt`` narrows (AND);
+    expired points are hidden."""
+    must, must_not = _owner_conditions(flt)
+    if flt.session is not None:
+        must.append(_match("session", flt.session))
     if flt.types:
         any_type = models.MatchAny(any=[t.value for t in flt.types])
         must.append(models.FieldCondition(key="type", match=any_type))
@@ -102,13 +137,9 @@ def server_filter(flt: VectorFilter) -> models.Filter:
     if flt.occurred_from is not None or flt.occurred_to is not None:
         span = models.Range(gte=flt.occurred_from, lte=flt.occurred_to)
         must.append(models.FieldCondition(key="occurred_at", range=span))
-    must_not: list[models.Condition] = []
     if flt.now is not None:  # a null or missing expires_at never matches the range: kept
         expired = models.Range(lte=flt.now)
         must_not.append(models.FieldCondition(key="expires_at", range=expired))
-    if flt.exclude_agent is not None:  # agent IS NOT NULL AND agent != exclude_agent
-        no_agent = models.IsEmptyCondition(is_empty=models.PayloadField(key="agent"))
-        must_not += [no_agent, _match("agent", flt.exclude_agent)]
     return models.Filter(must=must, must_not=must_not or None)
 
 

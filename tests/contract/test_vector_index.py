@@ -138,15 +138,15 @@ async def test_other_tenant_never_returned(index: VectorIndex, leg: Leg) -> None
 
 
 FILTER_CASES = [
-    ("user", {"user": "bob"}, {"user": "bob"}),
-    ("agent", {"agent": "helper"}, {"agent": "helper"}),
+    ("user", {"user": "bob"}, {"user": "bob", "agent": "bot"}),
+    ("agent", {"agent": "helper"}, {"user": "ann", "agent": "helper"}),
     ("session", {"session": "s2"}, {"session": "s2"}),
     ("types", {"type": MemoryType.RULE}, {"types": (MemoryType.RULE, MemoryType.TODO)}),
     ("scopes", {"scope": Scope.GLOBAL}, {"scopes": (Scope.GLOBAL, Scope.RUN)}),
     ("tags", {"tags": ("red", "blue")}, {"tags": ("blue",)}),
     ("occurred_from", {"occurred_at": NOW}, {"occurred_from": NOW - 1}),
     ("occurred_to", {"occurred_at": NOW - 3600}, {"occurred_to": NOW - 61}),
-    ("exclude_agent", {"agent": "helper"}, {"exclude_agent": "bot"}),
+    ("exclude_agent", {"user": None, "agent": "helper"}, {"peer": True, "exclude_agent": "bot"}),
 ]
 
 
@@ -168,7 +168,7 @@ async def test_filters_combine_with_and(index: VectorIndex, leg: Leg) -> None:
     both = point(axis(0), user="bob", session="s2", tags=("x",))
     only_user = point(axis(0), user="bob", tags=("x",))
     await index.upsert([both, only_user])
-    flt = VectorFilter(tenant="acme", user="bob", session="s2", tags=("x",))
+    flt = VectorFilter(tenant="acme", user="bob", agent="bot", session="s2", tags=("x",))
     assert await ids(index, flt, leg=leg) == {both.id}
 
 
@@ -232,13 +232,70 @@ async def test_occurred_range_is_inclusive_on_both_ends(index: VectorIndex, leg:
 
 
 @legs
-async def test_exclude_agent_keeps_only_other_agents(index: VectorIndex, leg: Leg) -> None:
-    """exclude_agent keeps points whose agent is set and differs: not its own, not agentless."""
-    own, peer, nobody = point(axis(0)), point(axis(0), agent="helper"), point(axis(0), agent=None)
-    await index.upsert([own, peer, nobody])
-    assert await ids(index, VectorFilter(tenant="acme", exclude_agent="bot"), leg=leg) == {peer.id}
-    flt = VectorFilter(tenant="acme", user="ann", exclude_agent="helper")
+async def test_peer_filter_keeps_other_agents_own_points(index: VectorIndex, leg: Leg) -> None:
+    """A peer read keeps agent-owned points (no user): of the named agent, or of every agent
+    but the excluded one; never a user's point with that agent, never an agentless one."""
+    mine = point(axis(0), user=None)  # agent bot's own
+    peer = point(axis(0), user=None, agent="helper")
+    users = point(axis(0), agent="helper")  # ann's memory with agent helper
+    nobody = point(axis(0), user=None, agent=None)
+    await index.upsert([mine, peer, users, nobody])
+    flt = VectorFilter(tenant="acme", peer=True, exclude_agent="bot")
+    assert await ids(index, flt, leg=leg) == {peer.id}
+    assert await ids(index, VectorFilter(tenant="acme", peer=True, agent="helper"), leg=leg) == {
+        peer.id
+    }
+    assert await ids(index, VectorFilter(tenant="acme", peer=True), leg=leg) == {mine.id, peer.id}
+
+
+OWNERS = [("ann", "bot"), ("ann", None), (None, "bot"), ("bob", "bot"), ("ann", "helper")]
+
+
+@legs
+async def test_own_reads_match_the_owner_exactly(index: VectorIndex, leg: Leg) -> None:
+    """A filter naming an owner keeps that owner's points only: both user and agent equal,
+    an unset one matching only points without it (no widening to (ann, *) or (*, bot))."""
+    pts = {o: point(axis(0), user=o[0], agent=o[1]) for o in OWNERS}
+    await index.upsert(list(pts.values()))
+    for (user, agent), p in pts.items():
+        flt = VectorFilter(tenant="acme", user=user, agent=agent)
+        assert await ids(index, flt, leg=leg) == {p.id}, (user, agent)
+
+
+@legs
+async def test_shared_reads_add_global_and_own_project(index: VectorIndex, leg: Leg) -> None:
+    """``shared`` adds the tenant's global points and the project points of the caller's
+    project, whoever owns them; not another project's, not another tenant's, not another
+    owner's user-scope points."""
+    own = point(axis(0), user="ann", agent=None)
+    glob = point(axis(0), user="bob", scope=Scope.GLOBAL)
+    proj = point(axis(0), user="bob", scope=Scope.PROJECT, project="apollo")
+    other_proj = point(axis(0), user="bob", scope=Scope.PROJECT, project="gemini")
+    no_proj = point(axis(0), user="bob", scope=Scope.PROJECT, project=None)
+    private = point(axis(0), user="bob")
+    foreign = point(axis(0), tenant="globex", user="bob", scope=Scope.GLOBAL)
+    await index.upsert([own, glob, proj, other_proj, no_proj, private, foreign])
+    flt = VectorFilter(tenant="acme", user="ann", project="apollo", shared=True)
+    assert await ids(index, flt, leg=leg) == {own.id, glob.id, proj.id}
+    flt = VectorFilter(tenant="acme", user="ann", shared=True)
+    assert await ids(index, flt, leg=leg) == {own.id, glob.id}
+    flt = VectorFilter(tenant="acme", user="ann", project="apollo")  # not shared: own only
     assert await ids(index, flt, leg=leg) == {own.id}
+    narrowed = VectorFilter(
+        tenant="acme", user="ann", project="apollo", shared=True, scopes=(Scope.PROJECT,)
+    )
+    assert await ids(index, narrowed, leg=leg) == {proj.id}
+
+
+async def test_records_are_checked_with_the_same_rules(index: VectorIndex) -> None:
+    """Searches with records keep exactly the points the filter's rules allow."""
+    own = point(axis(0), user="ann", agent=None, record={"k": "own"})
+    widened = point(axis(0), user="ann", agent="bot", record={"k": "widened"})
+    glob = point(axis(0), user="bob", scope=Scope.GLOBAL, record={"k": "global"})
+    await index.upsert([own, widened, glob])
+    flt = VectorFilter(tenant="acme", user="ann", shared=True)
+    hits = await index.search(axis(0), flt, 10, with_records=True)
+    assert {r["k"] for _, _, r in hits} == {"own", "global"}
 
 
 async def stored_payload(index: VectorIndex, point_id: str) -> dict[str, Any]:
@@ -315,7 +372,7 @@ async def test_sparse_idf_scope_picks_the_corpus(
     others = [point(axis(0), user="bob", sparse={2: 1.0}) for _ in range(10)]
     theirs = [point(axis(0), tenant="globex", sparse={1: 1.0}) for _ in range(2)]
     await idx.upsert(mine + others + theirs)
-    flt = VectorFilter(tenant="acme", user="ann", session="s0")
+    flt = VectorFilter(tenant="acme", user="ann", agent="bot", session="s0")
     assert await idx.search_sparse({1: 1.0}, flt, 5) == [
         (mine[0].id, pytest.approx(bm25_idf(df, n), rel=1e-4))
     ]
@@ -451,8 +508,8 @@ async def test_upsert_same_id_twice_keeps_one_point(index: VectorIndex) -> None:
     moved = point(axis(3), id=p.id, user="bob")
     await index.upsert([moved])
     assert await index.count() == 1
-    assert await ids(index, VectorFilter(tenant="acme", user="ann")) == set()
-    hits = await index.search(axis(3), VectorFilter(tenant="acme", user="bob"), 5)
+    assert await ids(index, VectorFilter(tenant="acme", user="ann", agent="bot")) == set()
+    hits = await index.search(axis(3), VectorFilter(tenant="acme", user="bob", agent="bot"), 5)
     assert hits[0][0] == p.id
     assert hits[0][1] == pytest.approx(1.0, abs=1e-5)
 
@@ -555,12 +612,14 @@ async def test_ensure_adds_bm25_to_a_previous_version_collection(
     await idx.upsert([new])
     flt = VectorFilter(tenant="acme")
     assert await ids(idx, flt) == {old_id, new.id}
-    for owner in (
+    owner = VectorFilter(tenant="acme", user="ann", agent="bot")
+    assert await ids(idx, owner) == {old_id, new.id}  # old points get owner keys too
+    for other in (
         VectorFilter(tenant="acme", user="ann"),
         VectorFilter(tenant="acme", agent="bot"),
+        VectorFilter(tenant="acme", user="bob", agent="bot"),
     ):
-        assert await ids(idx, owner) == {old_id, new.id}  # old points get owner keys too
-    assert await ids(idx, VectorFilter(tenant="acme", user="bob")) == set()
+        assert await ids(idx, other) == set()
     assert [i for i, _ in await idx.search_sparse({1: 1.0}, flt, 5)] == [new.id]
     assert await idx.fetch("acme", [old_id, new.id]) == {old_id: {}, new.id: {"v": 1}}
     await idx.close()
@@ -677,9 +736,8 @@ async def test_edge_data_survives_close_and_reopen(tmp_path: Path) -> None:
     await first.close()
     second = EdgeVectorIndex(tmp_path / "shard")
     await second.ensure(DIM)
-    assert await second.search(axis(0), VectorFilter(tenant="acme", user="ann", now=NOW), 3) == [
-        (p.id, pytest.approx(1.0, abs=1e-5))
-    ]
+    flt = VectorFilter(tenant="acme", user="ann", agent="bot", now=NOW)
+    assert await second.search(axis(0), flt, 3) == [(p.id, pytest.approx(1.0, abs=1e-5))]
     assert set(second.shard.info().payload_schema) >= {"tenant", "user", "expires_at", "tags"}
     assert [
         i for i, _ in await second.search_sparse({WORD: 1.0}, VectorFilter(tenant="acme"), 3)
@@ -865,3 +923,19 @@ async def test_edge_layout_counts_points_not_yet_in_a_graph(tmp_path: Path) -> N
     layout = index.layout()
     assert layout["points"] == 5 and layout["unindexed_points"] == 5 and layout["segments"] >= 1
     await index.close()
+
+
+async def test_edge_points_without_the_exact_owner_key_get_it_on_open(tmp_path: Path) -> None:
+    """Points stored before the exact owner key existed (o_t..o_ua only) get it when the
+    shard is opened, so exact own reads find them after an upgrade."""
+    first = EdgeVectorIndex(tmp_path / "shard")
+    await first.ensure(DIM)
+    p = point(axis(0), user="ann", agent=None)
+    await first.upsert([p])
+    first.shard.update(qe.UpdateOperation.delete_payload([p.id], ["o_x"]))
+    assert "o_x" not in await stored_payload(first, p.id)
+    await first.close()
+    second = EdgeVectorIndex(tmp_path / "shard")
+    await second.ensure(DIM)
+    assert await ids(second, VectorFilter(tenant="acme", user="ann")) == {p.id}
+    await second.close()

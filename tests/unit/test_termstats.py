@@ -67,15 +67,21 @@ def test_owner_keys_are_unambiguous_and_short() -> None:
     """The Edge adapter's owner keys: a point carries the key of its tenant, its user, its
     agent and of both, each in its own field; ids holding separators or quotes cannot collide
     with other owners; every key fits the engine's 15-byte inline keyword values."""
-    from memstream.storage.qdrant_edge import OWNER_FIELDS, owner_key, owner_payload
+    from memstream.storage.qdrant_edge import EXACT_FIELD, OWNER_FIELDS, owner_key, owner_payload
 
     assert owner_payload("acme", "ann", "bot") == {
         OWNER_FIELDS["t"]: owner_key("acme", None, None),
         OWNER_FIELDS["u"]: owner_key("acme", "ann", None),
         OWNER_FIELDS["a"]: owner_key("acme", None, "bot"),
         OWNER_FIELDS["ua"]: owner_key("acme", "ann", "bot"),
+        EXACT_FIELD: owner_key("acme", "ann", "bot"),
     }
-    assert owner_payload("acme", None, None) == {OWNER_FIELDS["t"]: owner_key("acme", None, None)}
+    tenant_key = owner_key("acme", None, None)
+    assert owner_payload("acme", None, None) == {
+        OWNER_FIELDS["t"]: tenant_key,
+        EXACT_FIELD: tenant_key,
+    }
+    assert owner_payload("acme", "ann", None)[EXACT_FIELD] == owner_key("acme", "ann", None)
     assert len(set(owner_payload("acme", "ann", "bot").values())) == 4
     assert owner_key('a","u', "b", None) != owner_key("a", 'u","b', None)
     assert owner_key("acme", "ann", None) != owner_key("acme", None, "ann")
