@@ -33,7 +33,7 @@ lint: install
 	$(BIN)/ruff check .
 	@# import-linter needs a real memstream/ folder: stage one of symlinks (PEP 420 layout)
 	rm -rf build/imports && mkdir -p build/imports/memstream
-	for f in producers consumers pipeline storage schemas; do ln -s "$(CURDIR)/$$f" build/imports/memstream/$$f; done
+	for f in producers consumers pipeline storage schemas gateway; do ln -s "$(CURDIR)/$$f" build/imports/memstream/$$f; done
 	cd build && PYTHONPATH=$(CURDIR)/build/imports ../$(BIN)/lint-imports --config ../pyproject.toml
 	$(BIN)/mypy schemas pipeline
 

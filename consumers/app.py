@@ -114,6 +114,9 @@ class Worker:
             self.broker.subscriber(s.cmd(verb), queue=s.queue_group, ack_policy=AckPolicy.MANUAL)(
                 self._command_handler(verb)
             )
+        self.broker.subscriber(s.cmd("whoami"), queue=s.queue_group, ack_policy=AckPolicy.MANUAL)(
+            self._whoami_handler()
+        )
         await self.broker.start()
         self._reconciler = asyncio.create_task(self._reconcile_forever())
         log.info("worker.started", nats=self.nats_url, namespace=s.prefix, stages=list(STAGES))
@@ -133,6 +136,12 @@ class Worker:
         handle.__name__ = f"cmd_{verb}"
         return handle
 
+    def _whoami_handler(self) -> Any:
+        async def cmd_whoami(msg: NatsMessage) -> bytes:
+            return await self.commands.whoami(msg.body)
+
+        return cmd_whoami
+
     async def _recall_message(self, msg: Any) -> None:
         self._spawn(self._answer_recall(msg))
 
@@ -150,7 +159,7 @@ class Worker:
             self.recall.failed += 1
             return error_reply(ErrorCode.BAD_REQUEST, f"invalid recall request: {_sanitized(exc)}")
         try:
-            refusal = await self.auth.refuse(req.tenant, req.api_key)
+            refusal = await self.auth.refuse(req.tenant, req.api_key, req.user, req.agent)
         except MemstreamError:
             refusal = "credentials cannot be checked right now"
         if refusal is not None:

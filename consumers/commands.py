@@ -32,6 +32,7 @@ from memstream.schemas.commands import (
     PendingReviewRequest,
     RememberRequest,
     SessionRequest,
+    WhoamiRequest,
 )
 from memstream.schemas.commands import CommandReply as Reply
 from memstream.schemas.errors import ErrorCode, MemstreamError
@@ -84,7 +85,7 @@ class CommandService:
         except ValidationError as exc:
             return error_reply(ErrorCode.BAD_REQUEST, f"invalid {verb} request: {_sanitized(exc)}")
         try:
-            refusal = await self.auth.refuse(req.tenant, req.api_key)
+            refusal = await self.auth.refuse(req.tenant, req.api_key, req.user, req.agent)
         except MemstreamError:
             refusal = "credentials cannot be checked right now"
         if refusal is not None:
@@ -107,6 +108,22 @@ class CommandService:
             ms=round((time.perf_counter() - started) * 1000, 2),
         )
         return reply.model_dump_json().encode()
+
+    async def whoami(self, body: bytes) -> bytes:
+        """``mem.cmd.whoami``: the identity an API key is bound to (the gateway's key check).
+        The reply names tenant, user and agent, never the key."""
+        try:
+            req = WhoamiRequest.model_validate_json(body)
+        except ValidationError as exc:
+            return error_reply(ErrorCode.BAD_REQUEST, f"invalid whoami request: {_sanitized(exc)}")
+        try:
+            ident = await self.auth.identity(req.api_key)
+        except MemstreamError:
+            return error_reply(ErrorCode.UNAVAILABLE, "credentials cannot be checked right now")
+        if ident is None:
+            return error_reply(ErrorCode.UNAUTHORIZED, "the api_key is not valid")
+        detail = {"tenant": ident.tenant, "user": ident.user, "agent": ident.agent}
+        return Reply(detail=detail).model_dump_json().encode()
 
     async def _emit(
         self,

@@ -159,6 +159,7 @@ async def serve(settings: Settings, announce: bool) -> int:
         if ops
         else "disabled"
     )
+    gateway = await _start_gateway(settings, stack.nats_url) if announce else None
     # before the announcement: a signal sent once it is out stops the worker cleanly
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -166,6 +167,8 @@ async def serve(settings: Settings, announce: bool) -> int:
         loop.add_signal_handler(sig, stop.set)
     stack_file = settings.state_dir / STACK_FILE
     found = {"nats_url": stack.nats_url, "namespace": settings.namespace}
+    if gateway is not None:
+        found["gateway_url"] = gateway.url
     if not settings.database_url:  # the embedded database: loopback, no password
         found["database_url"] = stack.database_url
     stack_file.write_text(json.dumps(found))
@@ -178,6 +181,8 @@ async def serve(settings: Settings, announce: bool) -> int:
             f"  Postgres  {_redact_dsn(stack.database_url)}\n"
             f"  Qdrant    {qdrant}\n"
             f"  metrics   {ops_url}\n"
+            f"  gateway   {gateway.url if gateway else 'disabled'}"
+            f"{'   (API docs: ' + gateway.url + '/docs)' if gateway else ''}\n"
             f"  try:      memstream publish --user alice 'I prefer green tea'\n"
             f"            memstream recall --user alice 'what tea?'\n"
             f"Ctrl-C stops everything.",
@@ -187,6 +192,8 @@ async def serve(settings: Settings, announce: bool) -> int:
     print("stopping ...", flush=True)
     if ops is not None:
         ops.close()
+    if gateway is not None:
+        await gateway.stop()
     await worker.stop()
     await stack.close()
     if latency_hold is not None:
@@ -195,6 +202,22 @@ async def serve(settings: Settings, announce: bool) -> int:
         stack_file.unlink()
     print("stopped.", flush=True)
     return 0
+
+
+async def _start_gateway(settings: Settings, nats_url: str) -> Any:
+    """The HTTP gateway next to the workers (``memstream dev``): on MEMSTREAM_GATEWAY_PORT,
+    or any free port if that one is taken; None when disabled or not installed."""
+    if settings.gateway_port is None:
+        return None
+    try:
+        from memstream.gateway.cli import start_gateway
+    except ImportError:  # installed without the gateway extra
+        log.warning("gateway.not_installed", hint="pip install 'memstream[gateway]'")
+        return None
+    try:
+        return await start_gateway(settings, nats_url, settings.gateway_host, settings.gateway_port)
+    except OSError:  # port taken (another stack on this host): take any free one
+        return await start_gateway(settings, nats_url, settings.gateway_host, 0)
 
 
 def _redact_dsn(dsn: str) -> str:

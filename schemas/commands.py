@@ -98,6 +98,16 @@ class PeerQueryRequest(Caller):
     top_k: Annotated[int, Field(ge=1, le=100)] = 10
 
 
+class WhoamiRequest(BaseModel):
+    """``mem.cmd.whoami``: which tenant and owner an API key is bound to (no owner needed:
+    resolving it is the point). Not in ``VERBS``: it has no caller to scope."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    schema_version: Literal[1] = 1
+    api_key: Annotated[str, Field(min_length=1, max_length=200, repr=False)]
+
+
 class CommandReply(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 

@@ -68,3 +68,8 @@ class Settings(BaseSettings):
     log_level: str = "INFO"
     ops_host: str = "127.0.0.1"
     ops_port: int | None = 9464  # /metrics and /healthz; None disables, 0 picks a free port
+    # the HTTP gateway (memstream gateway; memstream dev starts one): 0 picks a free port,
+    # None keeps `memstream dev` from starting it
+    gateway_host: str = "127.0.0.1"
+    gateway_port: int | None = 8010
+    gateway_flush_timeout_s: float = Field(default=30.0, gt=0)

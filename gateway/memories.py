@@ -1,0 +1,5 @@
+"""Routes (filled in by the following commits)."""
+
+from fastapi import APIRouter
+
+router = APIRouter()
