@@ -35,7 +35,7 @@ from memstream.schemas.commands import (
     WhoamiRequest,
 )
 from memstream.schemas.commands import CommandReply as Reply
-from memstream.schemas.errors import ErrorCode, MemstreamError
+from memstream.schemas.errors import ErrorCode, MemstreamError, TransientError
 from memstream.schemas.ids import derived_id
 from memstream.schemas.memory import Candidate, MemoryEvent, MemoryType, Owner, Scope
 from memstream.schemas.recall import RecallRequest
@@ -184,11 +184,19 @@ class CommandService:
         inserted = await self.deps.pg.upsert(k.memory_id, k.content_hash, c)
         if c.pinned:
             await self.deps.pg.set_pinned(OwnerFilter(tenant=r.tenant), k.memory_id, True)
-        await self._index(k.memory_id, c)
+        try:
+            await self._index(k.memory_id, c)
+        except TransientError as exc:  # kept in Postgres (indexed: false); the reconciler retries
+            log.warning(
+                "remember.vector_deferred", memory_id=k.memory_id, reason=type(exc).__name__
+            )
         await self._emit(
             "stored" if inserted else "merged", r, k.memory_id, c.source_event_id, c.type
         )
-        return Reply(memory=await self.deps.pg.get(owner_filter(r), k.memory_id))
+        return Reply(
+            memory=await self.deps.pg.get(owner_filter(r), k.memory_id),
+            detail={"duplicate": not inserted},
+        )
 
     async def get(self, r: IdRequest) -> Reply:
         m = await self.deps.pg.get(owner_filter(r), r.id)
@@ -366,11 +374,15 @@ class CommandService:
         """Read one named agent's memories; never counts as an access."""
         if not r.target_agent:
             raise NotFound("peer_query needs target_agent")
-        req = RecallRequest(tenant=r.tenant, agent=r.target_agent, query=r.query, top_k=r.top_k)
+        req = RecallRequest(
+            tenant=r.tenant, agent=r.target_agent, query=r.query, top_k=r.top_k, types=r.types
+        )
         return Reply(recall=await self.recall.recall(req, touch=False))
 
     async def peer_query_any(self, r: PeerQueryRequest) -> Reply:
         """Read every agent's memories except the caller's; never counts as an access."""
-        req = RecallRequest(tenant=r.tenant, agent=r.agent or "*", query=r.query, top_k=r.top_k)
+        req = RecallRequest(
+            tenant=r.tenant, agent=r.agent or "*", query=r.query, top_k=r.top_k, types=r.types
+        )
         flt = OwnerFilter(tenant=r.tenant, exclude_agent=r.agent)
         return Reply(recall=await self.recall.recall(req, touch=False, owner=flt))

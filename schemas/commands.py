@@ -96,6 +96,7 @@ class PeerQueryRequest(Caller):
     query: Annotated[str, Field(min_length=1, max_length=10_000)]
     target_agent: OptIdent = None
     top_k: Annotated[int, Field(ge=1, le=100)] = 10
+    types: list[MemoryType] = Field(default_factory=list)
 
 
 class WhoamiRequest(BaseModel):

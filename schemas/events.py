@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, StringConstraints, field_validator
 
 SCHEMA_VERSION = 1
 
@@ -15,7 +15,9 @@ SCHEMA_VERSION = 1
 # bounded so one event cannot carry megabytes of identifiers.
 Ident = Annotated[str, StringConstraints(min_length=1, max_length=200)]
 OptIdent = Annotated[str, StringConstraints(min_length=1, max_length=200)] | None
-MetaValue = str | int | float | bool | None
+# Metadata values: JSON (structured values such as seed 004's task_context are allowed; the
+# redact stage redacts every string inside them).
+MetaValue = JsonValue
 Tag = Annotated[str, StringConstraints(min_length=1, max_length=64)]
 # A tenant credential: never shown in a repr, a log line or a reply.
 ApiKey = Annotated[str | None, Field(default=None, repr=False, max_length=200)]
@@ -42,7 +44,7 @@ class Message(BaseModel):
     timestamp: datetime | None = None
     sender: OptIdent = None
     # An assistant message that only calls tools, or an intermediate (non-final) one.
-    tool_calls: list[dict[str, MetaValue | dict[str, MetaValue]]] = Field(default_factory=list)
+    tool_calls: list[dict[str, JsonValue]] = Field(default_factory=list)
     final: bool = True
 
 

@@ -26,7 +26,9 @@ class Gateway:
         k: str = await self.running.pg.create_api_key(tenant, "test", user, agent)
         return k
 
-    async def add(self, key: str, user: str, chat: str, *texts: str, **extra: Any) -> httpx.Response:
+    async def add(
+        self, key: str, user: str, chat: str, *texts: str, **extra: Any
+    ) -> httpx.Response:
         msgs = [
             {"sender_id": user, "role": "user", "timestamp": 1_780_000_000_000 + i, "content": t}
             for i, t in enumerate(texts)
