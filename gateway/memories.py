@@ -63,7 +63,6 @@ from memstream.schemas.recall import Hit, Method
 router = APIRouter(tags=["memories (seeds 000, 003)"])
 
 Id = Annotated[str, StringConstraints(min_length=1, max_length=200)]
-Key = Annotated[str, StringConstraints(min_length=1, max_length=200)]
 ChatSession = Annotated[str, StringConstraints(min_length=6, max_length=200, pattern=r"^chat:.+")]
 SeedScope = Literal["current_chat", "resources", "all_user_memory"]
 SeedType = Literal["episode", "profile", "agent_case", "agent_skill", "unprocessed_message"]
@@ -90,7 +89,8 @@ class _Caller(BaseModel):
     model_config = ConfigDict(extra="forbid", hide_input_in_errors=True)
 
     user_id: Id
-    user_key: Key = Field(repr=False)
+    # optional in the schema so that a missing key is 401 (not 422), like a wrong one
+    user_key: str | None = Field(None, repr=False, description="the API key (a secret)")
     app_id: Id = "default"
     project_id: Id = "default"
     agent_id: Id | None = None
