@@ -32,10 +32,11 @@ from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Query
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, TypeAdapter, ValidationError
+from pydantic import BaseModel, Field, StringConstraints, TypeAdapter, ValidationError
 
 from memstream.gateway.errors import ApiError, ErrorBody, field_errors
 from memstream.gateway.identity import BearerIdentity, Root
+from memstream.gateway.models import Body
 from memstream.producers.client import MemoryClient
 from memstream.schemas.memory import MemoryRecord, MemoryType, Scope
 from memstream.schemas.recall import Method
@@ -50,9 +51,7 @@ OUTCOME = {"success": 1.0, "partial": 0.5, "failed": 0.0}
 ERRORS: dict[int | str, dict[str, Any]] = {s: {"model": ErrorBody} for s in (401, 403, 422, 503)}
 
 
-class TaskContext(BaseModel):
-    model_config = ConfigDict(extra="forbid", hide_input_in_errors=True)
-
+class TaskContext(Body):
     task_description: Annotated[str, StringConstraints(max_length=10_000)]
     skills_used: Annotated[
         list[Annotated[str, StringConstraints(max_length=200)]], Field(max_length=100)
@@ -61,9 +60,7 @@ class TaskContext(BaseModel):
     mission_namespace: Id | None = None
 
 
-class CommitRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid", hide_input_in_errors=True)
-
+class CommitRequest(Body):
     agent_name: Id
     content: Annotated[str, StringConstraints(min_length=1, max_length=50_000)]
     memory_type: Tier
@@ -75,27 +72,21 @@ class CommitResponse(BaseModel):
     duplicate_detected: bool
 
 
-class QueryRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid", hide_input_in_errors=True)
-
+class QueryRequest(Body):
     agent_name: Id
     query: Text
     memory_type: Tier | None = None
     limit: Annotated[int, Field(ge=1, le=20)] = 10
 
 
-class ListRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid", hide_input_in_errors=True)
-
+class ListRequest(Body):
     agent_name: Id
     memory_type: Tier | None = None
     limit: Annotated[int, Field(ge=1, le=100)] = 20
     offset: Annotated[int, Field(ge=0, le=1_000_000)] = 0
 
 
-class PeerQueryRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid", hide_input_in_errors=True)
-
+class PeerQueryRequest(Body):
     target_agent: Id
     query: Text
     memory_type: Tier | None = None

@@ -116,6 +116,9 @@ def install(app: FastAPI) -> None:
     async def _internal(request: Request, call_next: Any) -> Any:
         # the last resort: a JSON 500 with a code, no traceback to the client or the log
         # (a traceback's messages may quote request values)
+        raw = (request.scope.get("raw_path") or b"") + b"?" + request.scope.get("query_string", b"")
+        if b"%00" in raw or b"\x00" in raw:
+            return error_response(422, "validation_error", "text must not contain NUL characters")
         try:
             return await call_next(request)
         except Exception as exc:  # noqa: BLE001 - the gateway's one catch-all

@@ -43,7 +43,6 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Header, Request, Response
 from pydantic import (
     BaseModel,
-    ConfigDict,
     Field,
     StringConstraints,
     field_validator,
@@ -53,6 +52,7 @@ from pydantic import (
 from memstream.gateway import filters as flt
 from memstream.gateway.errors import ErrorBody
 from memstream.gateway.identity import Identity, identity_of, root_client
+from memstream.gateway.models import Body
 from memstream.producers.client import MemoryClient
 from memstream.producers.progress import Progress, progress, turns_after
 from memstream.schemas.events import Message, Role, TurnEvent
@@ -85,9 +85,7 @@ PROFILE_TYPES = frozenset(t for t, s in SEED_TYPE.items() if s == "profile")
 MAX_CANDIDATES = 100
 
 
-class _Caller(BaseModel):
-    model_config = ConfigDict(extra="forbid", hide_input_in_errors=True)
-
+class _Caller(Body):
     user_id: Id
     # optional in the schema so that a missing key is 401 (not 422), like a wrong one
     user_key: str | None = Field(None, repr=False, description="the API key (a secret)")
@@ -153,9 +151,7 @@ class SearchResponse(BaseModel):
     )
 
 
-class AddMessage(BaseModel):
-    model_config = ConfigDict(extra="forbid", hide_input_in_errors=True)
-
+class AddMessage(Body):
     sender_id: Id
     role: Literal["user", "assistant", "system", "tool"]
     timestamp: Annotated[int, Field(ge=1, le=32_503_680_000_000, description="Unix epoch ms")]

@@ -26,14 +26,16 @@ memories unless the request names one.
 from __future__ import annotations
 
 import json
+import uuid
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Query, Request
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import BaseModel, Field, StringConstraints
 
 from memstream.gateway.errors import ApiError, ErrorBody, not_found
 from memstream.gateway.identity import BearerIdentity, Identity, Root
+from memstream.gateway.models import Body
 from memstream.producers.client import CommandError, MemoryClient
 from memstream.schemas.errors import ErrorCode
 from memstream.schemas.memory import MemoryRecord, MemoryType, Scope
@@ -55,9 +57,7 @@ ERRORS: dict[int | str, dict[str, Any]] = {
 }
 
 
-class RememberRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid", hide_input_in_errors=True)
-
+class RememberRequest(Body):
     content: Annotated[str, StringConstraints(min_length=1, max_length=50_000)]
     client_id: ClientId
     memory_type: Literal["event", "reflection", "decision"] = "event"
@@ -94,9 +94,7 @@ class RecallResponse(BaseModel):
     degraded: list[str] = Field(default_factory=list)
 
 
-class FactRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid", hide_input_in_errors=True)
-
+class FactRequest(Body):
     subject_type: Literal["user", "workflow", "engagement"]
     subject_id: Id
     fact_type: Literal["preference", "constraint", "identity"]
@@ -105,9 +103,7 @@ class FactRequest(BaseModel):
     client_id: ClientId | None = None
 
 
-class FactUpdateRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid", hide_input_in_errors=True)
-
+class FactUpdateRequest(Body):
     content: Annotated[str, StringConstraints(min_length=1, max_length=10_000)]
     client_id: ClientId | None = None
 
@@ -282,6 +278,10 @@ async def update_fact(
 ) -> FactResponse:
     """Close the fact's current version (``valid_to`` = now) and open a new one."""
     mem = _client(root, ident, req.client_id)
+    try:
+        uuid.UUID(fact_id)
+    except ValueError:
+        raise not_found("no such fact") from None  # memory ids are UUIDs
     try:
         old = await mem.get(fact_id)
     except CommandError as exc:
