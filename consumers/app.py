@@ -24,24 +24,19 @@ from memstream.consumers.auth import Authenticator
 from memstream.consumers.cache import RecallCache
 from memstream.consumers.commands import CommandService
 from memstream.consumers.logs import log
+from memstream.consumers.natsconn import api_keys_required, nats_options
 from memstream.consumers.recall import RecallService, error_reply
 from memstream.consumers.stages import STAGE_WORK, Deps, StageRunner
-from memstream.pipeline.redact import Redactor
+from memstream.pipeline.redact import Redacts
+from memstream.producers.connection import display_url
 from memstream.schemas.commands import VERBS
-from memstream.schemas.errors import ErrorCode, MemstreamError
+from memstream.schemas.errors import ErrorCode, MemstreamError, describe
 from memstream.schemas.memory import MemoryEvent
 from memstream.schemas.recall import RecallRequest
 from memstream.schemas.settings import Settings
 from memstream.schemas.subjects import STAGES, Subjects
 from memstream.storage.ports import Embedder, VectorIndex
 from memstream.storage.postgres import PgStore
-
-
-def _sanitized(exc: ValidationError) -> str:
-    """Field paths and messages only: never the input values (they may hold secrets)."""
-    return "; ".join(
-        f"{'.'.join(map(str, e['loc'])) or '<root>'}: {e['msg']}" for e in exc.errors()[:5]
-    )
 
 
 @dataclass
@@ -51,7 +46,7 @@ class Worker:
     pg: PgStore
     vectors: VectorIndex
     embedder: Embedder
-    redactor: Redactor
+    redactor: Redacts
     broker: NatsBroker = field(init=False)
     deps: Deps = field(init=False)
     recall: RecallService = field(init=False)
@@ -67,7 +62,9 @@ class Worker:
 
     async def start(self) -> None:
         s = Subjects(self.settings.namespace)
-        self._nc = await nats.connect(self.nats_url, name="memstream-worker-control")
+        self._nc = await nats.connect(
+            self.nats_url, name="memstream-worker-control", **nats_options(self.settings)
+        )
         js = self._nc.jetstream()
         topo = await topology.apply(js, self.settings)
         cache = None
@@ -86,7 +83,7 @@ class Worker:
             cache=cache,
         )
         self.recall = RecallService(self.pg, self.vectors, self.embedder)
-        self.auth = Authenticator(self.pg, self.settings.require_api_key)
+        self.auth = Authenticator(self.pg, api_keys_required(self.settings))
         self.commands = CommandService(self.deps, self.recall, self.auth)
         self.broker = NatsBroker(
             self.nats_url,
@@ -94,6 +91,7 @@ class Worker:
             logger=None,
             name="memstream-worker",
             graceful_timeout=10.0,
+            **nats_options(self.settings),
         )
         for stage in STAGES:
             stream, ccfg = topo.consumers[stage]
@@ -119,7 +117,12 @@ class Worker:
         )
         await self.broker.start()
         self._reconciler = asyncio.create_task(self._reconcile_forever())
-        log.info("worker.started", nats=self.nats_url, namespace=s.prefix, stages=list(STAGES))
+        log.info(
+            "worker.started",
+            nats=display_url(self.nats_url),
+            namespace=s.prefix,
+            stages=list(STAGES),
+        )
 
     @staticmethod
     def _handler(runner: StageRunner) -> Any:
@@ -157,7 +160,7 @@ class Worker:
             req = RecallRequest.model_validate_json(body)
         except ValidationError as exc:
             self.recall.failed += 1
-            return error_reply(ErrorCode.BAD_REQUEST, f"invalid recall request: {_sanitized(exc)}")
+            return error_reply(ErrorCode.BAD_REQUEST, f"invalid recall request: {describe(exc)}")
         try:
             refusal = await self.auth.refuse(req.tenant, req.api_key, req.user, req.agent)
         except MemstreamError:

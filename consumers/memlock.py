@@ -1,12 +1,12 @@
 """Keep the worker's memory resident: ``mlockall`` (``MEMSTREAM_LOCK_MEMORY``).
 
 The Qdrant Edge shard is memory-mapped files. A host that reclaims page cache it considers
-cold (this project's VM runs DAMON reclaim: its page cache shrank by ~50 MB per 20 s with
-23 GB free) makes searches fault those pages back in from disk: during a recall benchmark the
-worker took ~400 major page faults per second, ~3 per request. Locking keeps every mapped and
-future page in RAM, as Elasticsearch's ``bootstrap.memory_lock`` does; the shard then costs its
-full size in RAM. Needs ``CAP_IPC_LOCK`` or a ``RLIMIT_MEMLOCK`` (``ulimit -l``) above the
-process's size; when refused, the worker logs why and runs unlocked.
+cold (DAMON-based reclaim on some VMs, even with plenty of free memory) makes searches fault
+those pages back in from disk, in the middle of a recall (docs/recall.md has what that cost
+on this project's VM). Locking keeps every mapped and future page in RAM, as Elasticsearch's
+``bootstrap.memory_lock`` does; the shard then costs its full size in RAM. Needs
+``CAP_IPC_LOCK`` or a ``RLIMIT_MEMLOCK`` (``ulimit -l``) above the process's size; when
+refused, the worker logs why and runs unlocked.
 """
 
 from __future__ import annotations

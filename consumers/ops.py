@@ -16,6 +16,7 @@ from typing import Any
 
 import nats
 
+from memstream.consumers.natsconn import nats_options
 from memstream.consumers.topology import topology
 from memstream.schemas.settings import Settings
 
@@ -146,7 +147,7 @@ async def serve_http(worker: Any, host: str, port: int) -> asyncio.Server:
 
 
 async def status(settings: Settings, nats_url: str, as_json: bool) -> int:
-    nc = await nats.connect(nats_url)
+    nc = await nats.connect(nats_url, **nats_options(settings))
     try:
         lags = await lag(nc.jetstream(), settings)
     finally:

@@ -24,7 +24,13 @@ from memstream.consumers.indexing import hit_of, record_of
 from memstream.consumers.logs import log
 from memstream.pipeline.fuse import calibrated, linear
 from memstream.pipeline.lexical import query_vector
-from memstream.schemas.errors import ErrorCode, ErrorInfo, ErrorReply, MemstreamError
+from memstream.schemas.errors import (
+    EmbedderFailed,
+    ErrorCode,
+    ErrorInfo,
+    ErrorReply,
+    MemstreamError,
+)
 from memstream.schemas.memory import Scope
 from memstream.schemas.recall import Context, Hit, Method, RecallReply, RecallRequest
 from memstream.storage.ports import Embedder, VectorFilter, VectorIndex
@@ -307,7 +313,3 @@ class RecallService:
                 await self.pg.touch(tenant, counts)
             except MemstreamError as exc:
                 log.warning("recall.touch_failed", error=type(exc).__name__, memories=len(counts))
-
-
-class EmbedderFailed(MemstreamError):
-    """The query could not be embedded."""

@@ -6,21 +6,25 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import json
 import signal
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from pydantic import ValidationError
 
 from memstream.consumers.app import Worker
 from memstream.consumers.cpulatency import CpuLatencyHold, hold_cpu_latency
 from memstream.consumers.embedded import EmbeddedNats, EmbeddedPostgres
 from memstream.consumers.logs import configure, log
 from memstream.consumers.memlock import lock_memory
-from memstream.pipeline.redact import Redactor
-from memstream.producers.client import STACK_FILE
-from memstream.schemas.errors import ConfigurationError, StorageUnavailable
+from memstream.consumers.redaction_key import redaction_key
+from memstream.pipeline.redact import RedactionPolicy, Redactor, Redacts, TenantRedactors
+from memstream.producers.connection import display_url
+from memstream.schemas.errors import ConfigurationError, StorageUnavailable, describe
 from memstream.schemas.settings import Settings
+from memstream.schemas.stack import remove_stack, write_stack
 from memstream.storage.embedding import make_embedder
 from memstream.storage.ports import Embedder, VectorIndex
 from memstream.storage.postgres import PgStore
@@ -91,10 +95,37 @@ class Stack:
             await asyncio.to_thread(e.stop)
 
 
-def make_worker(stack: Stack, embedder: Embedder | None = None) -> Worker:
+def make_redactor(s: Settings, key: bytes) -> TenantRedactors:
+    """The redaction ``key`` and the tenants' policies (MEMSTREAM_REDACTION_POLICIES); an invalid
+    policy stops the start with the tenant and the field, never the values."""
+    policies: dict[str, RedactionPolicy] = {}
+    for tenant, fields in s.redaction_policies.items():
+        try:
+            policies[tenant] = RedactionPolicy.model_validate(fields)
+        except ValidationError as exc:
+            where = describe(exc)
+            raise ConfigurationError(
+                f"MEMSTREAM_REDACTION_POLICIES: tenant {tenant!r}: {where}"
+            ) from None
+    by_tenant: dict[str, Redactor] = {}
+    for tenant, policy in policies.items():
+        try:
+            by_tenant[tenant] = Redactor(key, policy)
+        except Exception as exc:  # noqa: BLE001 - re2.error or ValueError: named, never echoed
+            raise ConfigurationError(
+                f"MEMSTREAM_REDACTION_POLICIES: tenant {tenant!r}: a deny pattern does not "
+                f"compile ({type(exc).__name__})"
+            ) from None
+    return TenantRedactors(Redactor(key), by_tenant)
+
+
+def make_worker(
+    stack: Stack, embedder: Embedder | None = None, redactor: Redacts | None = None
+) -> Worker:
     s = stack.settings
     embedder = embedder or make_embedder(s.embedding_model, s.embedding_path)
-    redactor = Redactor(key=s.redaction_key.get_secret_value().encode())
+    # the configured key, else the state directory's development key (benchmarks)
+    redactor = redactor or make_redactor(s, redaction_key(s, dev=True))
     return Worker(s, stack.nats_url, stack.pg, stack.vectors, embedder, redactor)
 
 
@@ -132,13 +163,21 @@ def cpu_latency(us: int | None) -> CpuLatencyHold | None:
     return hold
 
 
-async def serve(settings: Settings, announce: bool) -> int:
+async def serve(settings: Settings, announce: bool, dev_key: bool = False) -> int:
+    """``dev_key``: without MEMSTREAM_REDACTION_KEY, use the state directory's random key
+    (``memstream dev`` always may; ``memstream worker`` only with --dev-redaction-key)."""
+    try:  # before anything starts: a worker without a secret key must not run at all
+        key = redaction_key(settings, dev=announce or dev_key)
+    except ConfigurationError as exc:
+        print(f"memstream: {exc}", file=sys.stderr)
+        return 2
     configure(settings.log_level)
     settings.state_dir.mkdir(parents=True, exist_ok=True)
     try:
         embedder = make_embedder(settings.embedding_model, settings.embedding_path)
+        redactor = make_redactor(settings, key)  # before any server starts: a bad policy stops here
         stack = await Stack.open(settings, dim=embedder.dim)
-        worker = make_worker(stack, embedder)
+        worker = make_worker(stack, embedder, redactor)
         await ensure_index(worker)
         await worker.start()
         locked(settings.lock_memory)
@@ -165,19 +204,20 @@ async def serve(settings: Settings, announce: bool) -> int:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    stack_file = settings.state_dir / STACK_FILE
-    found = {"nats_url": stack.nats_url, "namespace": settings.namespace}
+    # what clients on this host need to find the stack; never a credential (they come from
+    # the MEMSTREAM_NATS_* variables, see docs/security.md)
+    found = {"nats_url": display_url(stack.nats_url), "namespace": settings.namespace}
     if gateway is not None:
         found["gateway_url"] = gateway.url
     if not settings.database_url:  # the embedded database: loopback, no password
         found["database_url"] = stack.database_url
-    stack_file.write_text(json.dumps(found))
+    write_stack(settings.state_dir, found)
     if announce:
         where = "embedded" if stack.embedded else "configured"
         qdrant = settings.qdrant_url or f"Qdrant Edge at {settings.state_dir / 'qdrant'}"
         print(
             f"memstream is running ({where} stack, state in {settings.state_dir.resolve()})\n"
-            f"  NATS      {stack.nats_url}   (recall: {worker.deps.subjects.recall})\n"
+            f"  NATS      {display_url(stack.nats_url)}   (recall: {worker.deps.subjects.recall})\n"
             f"  Postgres  {_redact_dsn(stack.database_url)}\n"
             f"  Qdrant    {qdrant}\n"
             f"  metrics   {ops_url}\n"
@@ -199,7 +239,7 @@ async def serve(settings: Settings, announce: bool) -> int:
     if latency_hold is not None:
         latency_hold.close()
     with contextlib.suppress(OSError):
-        stack_file.unlink()
+        remove_stack(settings.state_dir)
     print("stopped.", flush=True)
     return 0
 
@@ -235,7 +275,15 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     dev.set_defaults(func=lambda a: asyncio.run(serve(_settings(a), announce=True)))
     worker = sub.add_parser("worker", help="run the workers against configured services")
     worker.add_argument("--state-dir", type=Path, default=None)
-    worker.set_defaults(func=lambda a: asyncio.run(serve(_settings(a), announce=False)))
+    worker.add_argument(
+        "--dev-redaction-key",
+        action="store_true",
+        help="development only: without MEMSTREAM_REDACTION_KEY, key redaction placeholders "
+        "with a random key kept in the state directory",
+    )
+    worker.set_defaults(
+        func=lambda a: asyncio.run(serve(_settings(a), False, dev_key=a.dev_redaction_key))
+    )
 
 
 def _settings(a: argparse.Namespace) -> Settings:

@@ -27,8 +27,8 @@ from memstream.consumers.logs import log
 from memstream.pipeline import dedupe, lifecycle
 from memstream.pipeline.extract import extract
 from memstream.pipeline.lexical import dated
-from memstream.pipeline.redact import Redactor
-from memstream.schemas.errors import InvalidMessage, PermanentError, TransientError
+from memstream.pipeline.redact import Redacts
+from memstream.schemas.errors import InvalidMessage, PermanentError, TransientError, describe
 from memstream.schemas.events import TurnEvent
 from memstream.schemas.memory import Candidate, MemoryEvent, Owner
 from memstream.schemas.settings import Settings
@@ -49,10 +49,7 @@ def decode(model: type[M], body: bytes) -> M:
     try:
         return model.model_validate_json(body)
     except ValidationError as exc:
-        problems = "; ".join(
-            f"{'.'.join(map(str, e['loc'])) or '<root>'}: {e['msg']}" for e in exc.errors()[:5]
-        )
-        raise InvalidMessage(f"invalid {model.__name__}: {problems}") from exc
+        raise InvalidMessage(f"invalid {model.__name__}: {describe(exc)}") from exc
 
 
 @dataclass
@@ -77,7 +74,7 @@ class Deps:
     pg: PgStore
     vectors: VectorIndex
     embedder: Embedder
-    redactor: Redactor
+    redactor: Redacts
     metrics: dict[str, StageMetrics] = field(default_factory=dict)
     clock: Callable[[], datetime] = field(default=lambda: datetime.now(UTC))
     cache: RecallCache | None = None

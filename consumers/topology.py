@@ -32,44 +32,50 @@ class Topology:
 
 def topology(settings: Settings) -> Topology:
     s = Subjects(settings.namespace)
-    common = dict(
-        storage=StorageType.FILE,
-        discard=DiscardPolicy.OLD,
-        duplicate_window=settings.duplicate_window_s,
-        num_replicas=settings.stream_replicas,
-    )
-    streams = [
-        StreamConfig(
-            name=s.stream("turns"),
-            subjects=[s.turns_filter()],
-            retention=RetentionPolicy.LIMITS,
-            max_age=settings.turns_max_age_s,
-            description="raw turn events from agents (may hold PII: short retention)",
-            **common,
+
+    def stream_config(
+        kind: str, subject: str, retention: RetentionPolicy, age: float, what: str
+    ) -> StreamConfig:
+        return StreamConfig(
+            name=s.stream(kind),
+            subjects=[subject],
+            retention=retention,
+            max_age=age,
+            description=what,
+            storage=StorageType.FILE,
+            discard=DiscardPolicy.OLD,
+            duplicate_window=settings.duplicate_window_s,
+            num_replicas=settings.stream_replicas,
+        )
+
+    streams: list[StreamConfig] = [
+        stream_config(
+            "turns",
+            s.turns_filter(),
+            RetentionPolicy.LIMITS,
+            settings.turns_max_age_s,
+            "raw turn events from agents (may hold PII: short retention)",
         ),
-        StreamConfig(
-            name=s.stream("stages"),
-            subjects=[s.stage_filter()],
-            retention=RetentionPolicy.WORK_QUEUE,
-            max_age=7 * DAY,
-            description="hand-off between pipeline stages",
-            **common,
+        stream_config(
+            "stages",
+            s.stage_filter(),
+            RetentionPolicy.WORK_QUEUE,
+            7 * DAY,
+            "hand-off between pipeline stages",
         ),
-        StreamConfig(
-            name=s.stream("events"),
-            subjects=[s.events()],
-            retention=RetentionPolicy.LIMITS,
-            max_age=30 * DAY,
-            description="what happened to memories (no raw PII)",
-            **common,
+        stream_config(
+            "events",
+            s.events(),
+            RetentionPolicy.LIMITS,
+            30 * DAY,
+            "what happened to memories (no raw PII)",
         ),
-        StreamConfig(
-            name=s.stream("dlq"),
-            subjects=[s.dlq()],
-            retention=RetentionPolicy.LIMITS,
-            max_age=14 * DAY,
-            description="messages a stage gave up on, reason in headers",
-            **common,
+        stream_config(
+            "dlq",
+            s.dlq(),
+            RetentionPolicy.LIMITS,
+            14 * DAY,
+            "messages a stage gave up on, reason in headers",
         ),
     ]
     st = settings.stage
@@ -113,3 +119,13 @@ async def apply(js: JetStreamContext, settings: Settings) -> Topology:
                 f"be updated in place ({exc.description}); delete it to let memstream recreate it"
             ) from exc
     return topo
+
+
+async def drained(js: JetStreamContext, settings: Settings) -> bool:
+    """True when no stage consumer has a message pending or unacked: everything published
+    so far has been processed (or dead-lettered)."""
+    for stream, cfg in topology(settings).consumers.values():
+        info = await js.consumer_info(stream, cfg.durable_name or "")
+        if info.num_pending or info.num_ack_pending:
+            return False
+    return True

@@ -192,6 +192,8 @@ class FlushResponse(BaseModel):
 
 async def _caller(request: Request, body: _Caller) -> tuple[Identity, MemoryClient]:
     ident = await identity_of(request, body.user_key)
+    user: str | None
+    agent: str | None
     if body.agent_id is not None:  # seed 003: agent_id, when present, is the owner searched
         user, agent = ident.user, body.agent_id
     else:

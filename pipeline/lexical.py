@@ -2,12 +2,14 @@
 
 Documents become sparse vectors of BM25 term weights (term frequency saturated by k1 and
 normalised by document length, ``b``, against a fixed average length); the vector index
-multiplies them by the IDF it keeps over the collection (Qdrant's ``Modifier.IDF``), so a
-query vector is simply each distinct query term with weight 1.
+multiplies them by an IDF, so a query vector is simply each distinct query term with weight 1.
+Which documents that IDF counts is ``MEMSTREAM_IDF_SCOPE`` (tenant by default): the Qdrant
+Edge adapter keeps per-tenant term statistics itself (storage/termstats.py), the server
+adapter passes the scope's corpus to Qdrant's IDF (docs/recall.md).
 
 A turn is indexed with its own words plus the words of the two turns before it in the same
-session at weight 0.35: questions often name what the previous speaker said. Measured on the
-LoCoMo dev split (docs/recall.md): the keyword leg goes from R@5 53.3 (plain BM25) to 68.2.
+session at weight 0.35: questions often name what the previous speaker said (what it is
+worth on LoCoMo: docs/recall.md).
 
 Tokens: lowercase ``\\w+`` words, English stopwords (the NLTK list) removed, Snowball
 (Porter2) stems. Term ids: the first 4 bytes of blake2b of the stem, stable across processes.
@@ -18,7 +20,7 @@ from __future__ import annotations
 import hashlib
 import re
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from functools import lru_cache
@@ -104,12 +106,3 @@ def query_vector(text: str) -> dict[int, float]:
 def dated(text: str, when: datetime) -> str:
     """``[8 May 2023] text``: the date as words, so questions naming a month or year match."""
     return f"[{when.day} {when:%B %Y}] {text}"
-
-
-def merge_weights(vectors: Iterable[Mapping[int, float]]) -> dict[int, float]:
-    """Sum several sparse vectors (e.g. a merged near-duplicate's sources)."""
-    out: dict[int, float] = {}
-    for v in vectors:
-        for k, w in v.items():
-            out[k] = out.get(k, 0.0) + w
-    return out

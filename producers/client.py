@@ -28,7 +28,7 @@ import os
 import threading
 from collections.abc import Coroutine, Sequence
 from concurrent.futures import Future
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any, TypeVar
@@ -39,17 +39,20 @@ from nats.errors import NoRespondersError
 from nats.errors import TimeoutError as NatsTimeout
 from pydantic import ValidationError
 
+from memstream.producers.connection import NatsAuth
 from memstream.schemas.commands import VERBS, CommandReply
-from memstream.schemas.errors import ErrorCode, ErrorReply
+from memstream.schemas.errors import ErrorCode, ErrorReply, describe
 from memstream.schemas.events import Message, MetaValue, Role, TurnEvent
 from memstream.schemas.memory import MemoryRecord
 from memstream.schemas.recall import Method, RecallReply, RecallRequest
+from memstream.schemas.stack import read_stack
 from memstream.schemas.subjects import MSG_ID_HEADER, Subjects
 
 __all__ = [
     "CommandError",
     "MemoryClient",
     "MemoryClientError",
+    "NatsAuth",
     "PublishError",
     "PublishResult",
     "RecallError",
@@ -59,7 +62,6 @@ __all__ = [
 ]
 
 T = TypeVar("T")
-STACK_FILE = "stack.json"
 
 
 class MemoryClientError(Exception):
@@ -102,10 +104,7 @@ def discover_nats_url(state_dir: str | os.PathLike[str] | None = None) -> str:
     if url := os.environ.get("MEMSTREAM_NATS_URL"):
         return url
     folder = Path(state_dir or os.environ.get("MEMSTREAM_STATE_DIR", ".memstream"))
-    try:
-        return str(json.loads((folder / STACK_FILE).read_text())["nats_url"])
-    except (OSError, ValueError, KeyError):
-        return "nats://127.0.0.1:4222"
+    return read_stack(folder).get("nats_url", "nats://127.0.0.1:4222")
 
 
 class MemoryClient:
@@ -124,9 +123,18 @@ class MemoryClient:
         command_timeout: float = 10.0,
         connect_timeout: float = 2.0,
         api_key: str | None = None,
+        nats_auth: NatsAuth | None = None,
+        nats_creds: str | os.PathLike[str] | None = None,
     ) -> None:
+        """``nats_auth``: NATS credentials (default: the ``MEMSTREAM_NATS_*`` variables);
+        ``nats_creds``: a ``.creds`` file, shorthand for ``NatsAuth(creds=...)``. Credentials
+        never go in ``nats_url``'s place in any message the client produces."""
         self.tenant, self.user, self.agent = tenant, user, agent
         self._url = nats_url or discover_nats_url()
+        auth = nats_auth or NatsAuth.from_env()
+        if nats_creds is not None:
+            auth = replace(auth, creds=Path(nats_creds))
+        self._connect_options = auth.connect_options()
         self.subjects = Subjects(namespace or os.environ.get("MEMSTREAM_NAMESPACE", "mem"))
         self.recall_timeout, self.publish_timeout = recall_timeout, publish_timeout
         self.command_timeout = command_timeout
@@ -157,6 +165,7 @@ class MemoryClient:
                             connect_timeout=self.connect_timeout,
                             max_reconnect_attempts=-1,
                             error_cb=self._on_error,
+                            **self._connect_options,
                         ),
                         self.connect_timeout,
                     )
@@ -457,9 +466,7 @@ def _recall_of(reply: CommandReply) -> RecallReply:
 
 def _field_errors(exc: Exception) -> str:
     if isinstance(exc, ValidationError):
-        return "; ".join(
-            f"{'.'.join(map(str, e['loc'])) or '<root>'}: {e['msg']}" for e in exc.errors()[:5]
-        )
+        return describe(exc)
     return "invalid argument"
 
 

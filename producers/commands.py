@@ -18,6 +18,11 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--nats-url", default=None, help="default: MEMSTREAM_NATS_URL or memstream dev's"
     )
+    p.add_argument(
+        "--nats-creds",
+        default=None,
+        help="a NATS .creds file (default: MEMSTREAM_NATS_CREDS); see docs/security.md",
+    )
     p.add_argument("--json", action="store_true", help="print the raw JSON reply")
 
 
@@ -112,16 +117,17 @@ async def _manage(a: argparse.Namespace, verb: str, positionals: list[str]) -> i
 
 def _client(a: argparse.Namespace) -> MemoryClient:
     user = a.user if (a.user or a.agent) else "default"
-    return MemoryClient(a.tenant, user=user, agent=a.agent, nats_url=a.nats_url)
+    return MemoryClient(
+        a.tenant, user=user, agent=a.agent, nats_url=a.nats_url, nats_creds=a.nats_creds
+    )
 
 
 async def _publish(a: argparse.Namespace) -> int:
     try:
         async with _client(a) as mem:
-            kwargs = {"session": a.session or "default"}
-            if a.event_id:
-                kwargs["event_id"] = a.event_id
-            res = await mem.publish_turn([(a.role, a.text)], **kwargs)
+            res = await mem.publish_turn(
+                [(a.role, a.text)], session=a.session or "default", event_id=a.event_id or None
+            )
     except MemoryClientError as exc:
         print(f"memstream: {exc}", file=sys.stderr)
         return 1

@@ -4,10 +4,12 @@ The exception tree (workers)::
 
     MemstreamError
     +-- ConfigurationError      bad settings: crash at start-up
+    +-- NotFound                not in the caller's scope: a ``not_found`` reply
     +-- PermanentError          this message can never succeed: dead-letter it with the reason
     |   +-- InvalidMessage      does not decode or validate
     +-- TransientError          may succeed later: nack with a delay
         +-- StorageUnavailable  Postgres or Qdrant did not answer
+        +-- EmbedderFailed      the embedding model failed (recall degrades to keywords)
 
 Replies on request-reply subjects never carry a traceback, a driver message or
 a secret: only a code from ``ErrorCode`` and a sanitized sentence.
@@ -18,7 +20,7 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 
 class ErrorCode(StrEnum):
@@ -45,12 +47,24 @@ class ErrorReply(BaseModel):
     error: ErrorInfo
 
 
+def describe(exc: ValidationError, limit: int = 5) -> str:
+    """Field paths and messages of a validation error, never the input values (they may hold
+    secrets): what every bad_request reply and dead-letter reason says."""
+    return "; ".join(
+        f"{'.'.join(map(str, e['loc'])) or '<root>'}: {e['msg']}" for e in exc.errors()[:limit]
+    )
+
+
 class MemstreamError(Exception):
     """Base of every memstream worker error."""
 
 
 class ConfigurationError(MemstreamError):
     """Settings are wrong; raised at start-up."""
+
+
+class NotFound(MemstreamError):
+    """The memory (or fact) does not exist in the caller's scope."""
 
 
 class PermanentError(MemstreamError):
@@ -67,3 +81,7 @@ class TransientError(MemstreamError):
 
 class StorageUnavailable(TransientError):
     """A store (Postgres, Qdrant) did not answer."""
+
+
+class EmbedderFailed(TransientError):
+    """The embedding model raised on a text."""

@@ -7,7 +7,7 @@ embedded stack starts its own NATS, PostgreSQL and Qdrant Edge under ``state_dir
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -26,7 +26,14 @@ class Settings(BaseSettings):
         env_prefix="MEMSTREAM_", env_nested_delimiter="__", extra="ignore"
     )
 
-    nats_url: str | None = None
+    nats_url: str | None = None  # no credentials in it: they go in the nats_* fields below
+    # NATS credentials, never logged or written (producers/connection.py): a .creds file or
+    # an NKey seed file (paths), or user + password, or a token.
+    nats_creds: Path | None = None
+    nats_nkey_seed: Path | None = None
+    nats_user: str | None = None
+    nats_password: SecretStr | None = None
+    nats_token: SecretStr | None = None
     namespace: str = "mem"  # subject prefix; streams are named after it (MEM_TURNS ...)
     database_url: SecretStr | None = None
     qdrant_url: str | None = None
@@ -49,8 +56,12 @@ class Settings(BaseSettings):
     cpu_latency_us: int | None = Field(default=None, ge=0)
     embedding_model: str | None = None  # a fastembed model name; default: the packaged static model
     embedding_path: Path | None = None  # a local model directory
-    # Keys the redaction placeholders (same value -> same token within a tenant).
-    redaction_key: SecretStr = SecretStr("memstream-dev-redaction-key")
+    # Keys the redaction placeholders (same value -> same token within a tenant). Required by
+    # `memstream worker`; `memstream dev` keeps a random key in the state directory.
+    redaction_key: SecretStr | None = None
+    # Redaction policies (pipeline.redact.RedactionPolicy fields: labels, allow, deny) for the
+    # tenants named here; every other tenant gets all detectors. docs/redaction.md.
+    redaction_policies: dict[str, dict[str, Any]] = Field(default_factory=dict)
 
     # Lifetimes by scope, in seconds (run and session memories expire; others do not).
     ttl_s: dict[str, float] = Field(default_factory=lambda: {"run": 3600.0, "session": 86400.0})

@@ -31,9 +31,10 @@ MSG_ID_HEADER = "Nats-Msg-Id"
 
 def token(value: str) -> str:
     """Encode an id as one subject token: ``.``, ``*``, ``>``, spaces and any other
-    character outside ``[A-Za-z0-9_-]`` become ``%XX`` (UTF-8 bytes). Injective."""
+    character outside ``[A-Za-z0-9_-]`` become ``%XX`` (UTF-8 bytes). Injective: the empty
+    id is a lone ``%``, which no other id encodes to (``%`` itself is ``%25``, NUL ``%00``)."""
     if not value:
-        return "%00"
+        return "%"
     out: list[str] = []
     for ch in value:
         if ch in _SAFE:
@@ -45,7 +46,7 @@ def token(value: str) -> str:
 
 def untoken(tok: str) -> str:
     """Inverse of :func:`token`."""
-    if tok == "%00":
+    if tok == "%":
         return ""
     raw = bytearray()
     i = 0

@@ -1,7 +1,7 @@
 """Embedders: text to unit vectors with fastembed, from local files by default.
 
 The default is a static model (``models/minilm-l6-static``, 256 dims, float16) distilled
-from all-MiniLM-L6-v2 with model2vec and shipped inside the package: it loads in ~30 ms
+from all-MiniLM-L6-v2 with model2vec and shipped inside the package: it loads from local files,
 with no network and no torch. ``deploy/scripts/build_static_model.py`` rebuilds it.
 
 ``make_embedder`` picks one from the settings:

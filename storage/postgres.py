@@ -212,6 +212,13 @@ class PgStore:
     async def close(self) -> None:
         await self._pool.close()
 
+    async def drop_schema(self, schema: str) -> None:
+        """Drop a schema and everything in it (benchmarks and tests clean up their own)."""
+        if not re.fullmatch(r"[a-z_][a-z0-9_]{0,62}", schema) or schema == "public":
+            raise ValueError("refusing to drop that schema")
+        async with self._pool.acquire() as con:
+            await con.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+
     async def vacuum_analyze(self) -> None:
         """VACUUM ANALYZE the memories table: after a bulk load, so that the planner has
         statistics and autovacuum has nothing left to do in the middle of later work."""
@@ -448,7 +455,7 @@ class PgStore:
         """The contents of the ``turns`` episodes right before each memory in its session (by
         occurrence, then arrival, then id; oldest first), in one statement: the earlier-turn
         context of the keyword leg. Memory id -> contents; memories without earlier episodes
-        are absent. (One query per memory before: 2,000 round trips per indexed batch.)"""
+        are absent. One statement for the batch, not one per memory."""
         # once per memory: a memory listed twice would get its context twice
         memories = list({str(uuid.UUID(m.id)): m for m in memories}.values())
         if not memories:

@@ -1,12 +1,11 @@
 """Document frequencies of keyword terms, per IDF corpus, kept next to a vector index.
 
 Qdrant's IDF modifier counts document frequencies at query time; over a filtered corpus (one
-tenant of a shared collection) that means filtering every query term's posting list, ~3.6 ms
-per query at 100k points in the tenant (measured, docs/recall.md). Keeping the counts as
-points are written turns the keyword leg into a plain dot product (~0.9 ms): the query's
-weights are multiplied by the IDF here, with the same formula and the same corpus as the
-engine's (``ln((n - df + 0.5) / (df + 0.5) + 1)``, n = points with a sparse vector in the
-corpus), so the scores are identical.
+tenant of a shared collection) that means filtering every query term's posting list on every
+query. Keeping the counts as points are written turns the keyword leg into a plain dot product
+(what each costs: docs/recall.md): the query's weights are multiplied by the IDF here, with
+the same formula and the same corpus as the engine's (``ln((n - df + 0.5) / (df + 0.5) + 1)``,
+n = points with a sparse vector in the corpus), so the scores are identical.
 
 A corpus is a key: ``("", )`` for the collection, ``("t", tenant)`` for a tenant, and for the
 "owner" scope also ``("u", tenant, user)``, ``("a", tenant, agent)`` and
@@ -25,9 +24,8 @@ Corpus = tuple[str, ...]
 
 # Query terms in more than ~90% of a corpus's points (IDF below 0.1) are left out of the keyword
 # search when the query has any other term: at most 0.1 x (k1 + 1) = 0.22 of a document's
-# score, the same for nearly every document, against ~2.6 for a term in 7% of them; leaving
-# one out of the 100k-point bench's queries ("user", in every memory) took the keyword leg
-# from p50 0.75 / p95 1.17 to 0.63 / 0.88 ms (docs/recall.md).
+# score, the same for nearly every document, against ~2.6 for a term in 7% of them, and such a
+# term's posting list is the longest one the search walks (docs/recall.md).
 MIN_IDF = 0.1
 
 

@@ -17,8 +17,9 @@ import nats
 
 from memstream.consumers.app import Worker
 from memstream.consumers.logs import configure as configure_logging
+from memstream.consumers.natsconn import nats_options
 from memstream.consumers.run import Stack, make_worker
-from memstream.consumers.topology import topology
+from memstream.consumers.topology import drained, topology
 from memstream.producers.client import MemoryClient
 from memstream.schemas.settings import Settings
 from memstream.storage.embedding import make_embedder
@@ -50,12 +51,7 @@ class Bench:
         )  # type: ignore[arg-type]
 
     async def drained(self) -> bool:
-        js = self.worker.deps.js
-        for stream, cfg in topology(self.settings).consumers.values():
-            info = await js.consumer_info(stream, cfg.durable_name or "")
-            if info.num_pending or info.num_ack_pending:
-                return False
-        return True
+        return await drained(self.worker.deps.js, self.settings)
 
     async def wait_drained(self, limit_s: float = 600.0) -> float:
         """Seconds until every stage consumer is empty (checked twice, 100 ms apart)."""
@@ -98,11 +94,10 @@ async def bench_stack(keep: bool = False) -> AsyncIterator[Bench]:
 
 
 async def _cleanup(stack: Stack, settings: Settings) -> None:
-    nc = await nats.connect(stack.nats_url)
+    nc = await nats.connect(stack.nats_url, **nats_options(settings))
     js = nc.jetstream()
     for s in topology(settings).streams:
         with contextlib.suppress(Exception):
             await js.delete_stream(s.name or "")
     await nc.close()
-    async with stack.pg._pool.acquire() as con:
-        await con.execute(f'DROP SCHEMA IF EXISTS "{stack.schema}" CASCADE')
+    await stack.pg.drop_schema(stack.schema)

@@ -22,8 +22,8 @@ from __future__ import annotations
 import bisect
 import hmac
 from collections import Counter
-from collections.abc import Iterable
-from typing import NamedTuple
+from collections.abc import Iterable, Mapping
+from typing import NamedTuple, Protocol
 
 import re2
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -47,7 +47,16 @@ from memstream.pipeline.redact._core import (
 )
 from memstream.pipeline.redact._gitleaks import GitleaksRules
 
-__all__ = ["LABELS", "DenyPattern", "Redacted", "RedactionPolicy", "Redactor", "Span"]
+__all__ = [
+    "LABELS",
+    "DenyPattern",
+    "Redacted",
+    "RedactionPolicy",
+    "Redactor",
+    "Redacts",
+    "Span",
+    "TenantRedactors",
+]
 
 LABELS: frozenset[str] = frozenset(
     [
@@ -334,6 +343,33 @@ class Redactor:
         mac.update(msg)
         digest = mac.digest()[:4].hex()
         return f"[{label}:{digest}]"
+
+
+class Redacts(Protocol):
+    """What a stage needs of redaction: a Redactor or TenantRedactors."""
+
+    def redact(self, text: str, tenant: str) -> Redacted: ...
+
+
+class TenantRedactors:
+    """Redaction by tenant policy: tenants named in ``by_tenant`` get their own Redactor, every
+    other tenant ``default``. Same ``redact(text, tenant)`` as a Redactor. Build them all with
+    one key, so a tenant's placeholders do not change when it gets a policy of its own."""
+
+    __slots__ = ("_by_tenant", "_default")
+
+    def __init__(self, default: Redactor, by_tenant: Mapping[str, Redactor] | None = None) -> None:
+        self._default = default
+        self._by_tenant = dict(by_tenant or {})
+
+    def __repr__(self) -> str:
+        return f"TenantRedactors(tenants={sorted(self._by_tenant)}, key=<hidden>)"
+
+    def for_tenant(self, tenant: str) -> Redactor:
+        return self._by_tenant.get(tenant, self._default)
+
+    def redact(self, text: str, tenant: str) -> Redacted:
+        return self.for_tenant(tenant).redact(text, tenant)
 
 
 def _overlaps(c: Candidate, protected: list[tuple[int, int]]) -> bool:

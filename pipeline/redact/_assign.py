@@ -154,12 +154,12 @@ def pairs(text: str, lower: str) -> Iterator[Candidate]:
             yield from _value(text, s, e, label, quoted=False)
     for m in finditer(_CALL, scan) if _maybe_call(scan) else ():
         groups = [g for g in range(1, _CALL.groups + 1) if m.group(g) is not None]
-        name, value = groups[0], groups[-1]
-        key = m.group(name) or ""
-        if name == value or m.end(value) - m.start(value) > _MAX_VALUE or not _name_ok(key):
+        gname, gvalue = groups[0], groups[-1]
+        key = m.group(gname) or ""
+        if gname == gvalue or m.end(gvalue) - m.start(gvalue) > _MAX_VALUE or not _name_ok(key):
             continue
         if not _KEY_SKIP.search(_strip_keyword(key)):
-            yield from _value(text, m.start(value), m.end(value), _label(key), True)
+            yield from _value(text, m.start(gvalue), m.end(gvalue), _label(key), True)
 
 
 def comparisons(text: str, lower: str) -> Iterator[Candidate]:

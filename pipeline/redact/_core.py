@@ -6,7 +6,7 @@ import bisect
 import math
 from collections import _count_elements  # type: ignore[attr-defined]
 from collections.abc import Callable, Iterable
-from typing import Any, NamedTuple
+from typing import Any, Literal, NamedTuple, overload
 
 import re2
 
@@ -218,7 +218,15 @@ class Match:
     def end(self, group: int = 0) -> int:
         return self._spans[group][1]
 
+    @overload
+    def group(self) -> str: ...
+    @overload
+    def group(self, group: Literal[0]) -> str: ...
+    @overload
+    def group(self, group: int) -> str | None: ...
     def group(self, group: int = 0) -> str | None:
+        """The text of a group (group 0, the whole match, is always there); None when the
+        group did not take part in the match."""
         s, e = self._spans[group]
         return None if s < 0 else self._text[s:e]
 

@@ -272,14 +272,14 @@ _ID_CUE = compile_re2(
 
 def national_ids(text: str, lower: str) -> Iterator[Candidate]:
     for m in finditer(_ID_CUE, text):
-        value = m.group(2)
+        value = m.group(2) or ""  # both groups are mandatory in the pattern
         # keep the value to its first token when the rest is prose
         parts = value.split(" ")
         if len(parts) > 1 and not all(p[:1].isdigit() for p in parts):
             value = parts[0]
         if count_ascii(value, DIGITS) < 4:
             continue
-        cue = m.group(1).lower()
+        cue = (m.group(1) or "").lower()
         label = "DRIVER_LICENSE" if "licen" in cue else "NATIONAL_ID"
         if "passport" in cue:
             label = "PASSPORT"

@@ -121,7 +121,7 @@ def url_credentials(text: str, lower: str) -> Iterator[Candidate]:
     if "://" not in text:
         return
     for m in finditer(_URL_CRED, text):
-        value = m.group(2)
+        value = m.group(2) or ""  # a mandatory group of the pattern
         if not _placeholder(value):
             yield Candidate(m.start(2), m.end(2), "PASSWORD", P_CREDENTIAL)
 

@@ -13,6 +13,7 @@ import pytest
 
 from memstream.consumers.app import Worker
 from memstream.consumers.run import make_vector_index
+from memstream.consumers.topology import drained
 from memstream.pipeline.redact import Redactor
 from memstream.producers.client import MemoryClient
 from memstream.schemas.settings import Settings, StageSettings
@@ -52,18 +53,7 @@ class Running:
 
     async def drained(self) -> bool:
         """True once every stage consumer has nothing pending or unacked."""
-        js = self.worker.deps.js
-        for stream, cfg in _consumers(self.settings).values():
-            info = await js.consumer_info(stream, cfg)
-            if info.num_pending or info.num_ack_pending:
-                return False
-        return True
-
-
-def _consumers(settings: Settings) -> dict[str, tuple[str, str]]:
-    from memstream.consumers.topology import topology
-
-    return {k: (v[0], v[1].durable_name or "") for k, v in topology(settings).consumers.items()}
+        return await drained(self.worker.deps.js, self.settings)
 
 
 @pytest.fixture

@@ -74,6 +74,8 @@ def test_dev_applies_host_settings_and_stops_cleanly(tmp_path: Path) -> None:
         may_lock = memlock._can_ipc_lock() or (
             resource.getrlimit(resource.RLIMIT_MEMLOCK)[0] == resource.RLIM_INFINITY
         )
+        key_file = tmp_path / "state" / "redaction.key"  # dev mode: a private random key
+        assert key_file.stat().st_mode & 0o777 == 0o600
         status = Path(f"/proc/{proc.pid}/status").read_text().splitlines()
         locked_kb = int(next(ln for ln in status if ln.startswith("VmLck:")).split()[1])
         if may_lock:

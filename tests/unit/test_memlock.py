@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import resource
+import shutil
 import subprocess
 import sys
 
@@ -17,21 +19,53 @@ locked_kb = next(int(l.split()[1]) for l in open("/proc/self/status") if l.start
 print(repr(why), locked_kb)
 """
 
+# The conditions are set on the child process from outside (its RLIMIT_MEMLOCK, its
+# capability bounding set), so the expected outcome never comes from the code under test.
+needs_root = pytest.mark.skipif(
+    os.geteuid() != 0 or shutil.which("setpriv") is None,
+    reason="setting a child's RLIMIT_MEMLOCK and capabilities needs root and util-linux setpriv",
+)
 
-def test_locks_the_process_when_allowed_else_says_why() -> None:
-    """In a child process (this one stays unlocked): with CAP_IPC_LOCK or an unlimited
-    RLIMIT_MEMLOCK the pages are locked (VmLck > 0), else nothing is and the reason is given."""
+
+def _probe(limit: int, drop_ipc_lock: bool) -> tuple[str, int]:
+    cmd = [sys.executable, "-c", PROBE]
+    if drop_ipc_lock:
+        cmd = ["setpriv", "--bounding-set", "-ipc_lock", "--inh-caps", "-ipc_lock", *cmd]
+
+    def limit_memlock() -> None:
+        resource.setrlimit(resource.RLIMIT_MEMLOCK, (limit, limit))
+
     out = subprocess.run(
-        [sys.executable, "-c", PROBE], capture_output=True, text=True, check=True
+        cmd, capture_output=True, text=True, check=True, preexec_fn=limit_memlock
     ).stdout.split()
-    why, locked_kb = out[0], int(out[-1])
-    allowed = memlock._can_ipc_lock() or (
-        resource.getrlimit(resource.RLIMIT_MEMLOCK)[0] == resource.RLIM_INFINITY
-    )
-    if allowed:
-        assert why == "None" and locked_kb > 0
-    else:
-        assert "RLIMIT_MEMLOCK" in " ".join(out) and locked_kb == 0
+    return " ".join(out[:-1]), int(out[-1])
+
+
+@needs_root
+@pytest.mark.skipif(
+    resource.getrlimit(resource.RLIMIT_MEMLOCK)[1] != resource.RLIM_INFINITY,
+    reason="the hard RLIMIT_MEMLOCK is finite here and CAP_SYS_RESOURCE is needed to raise it",
+)
+def test_locks_the_process_with_an_unlimited_limit() -> None:
+    """A child with an unlimited RLIMIT_MEMLOCK and no CAP_IPC_LOCK locks its pages
+    (VmLck > 0)."""
+    why, locked_kb = _probe(resource.RLIM_INFINITY, drop_ipc_lock=True)
+    assert why == "None" and locked_kb > 0
+
+
+@needs_root
+def test_locks_the_process_with_cap_ipc_lock() -> None:
+    """A child with CAP_IPC_LOCK and a small RLIMIT_MEMLOCK locks its pages."""
+    why, locked_kb = _probe(64 << 10, drop_ipc_lock=False)
+    assert why == "None" and locked_kb > 0
+
+
+@needs_root
+def test_refuses_without_the_right_and_says_why() -> None:
+    """A child with a finite RLIMIT_MEMLOCK and without CAP_IPC_LOCK locks nothing and
+    gives the reason."""
+    why, locked_kb = _probe(64 << 10, drop_ipc_lock=True)
+    assert "RLIMIT_MEMLOCK is 65536 bytes" in why and locked_kb == 0
 
 
 def test_refuses_up_front_when_future_allocations_could_fail(

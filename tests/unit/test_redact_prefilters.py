@@ -62,11 +62,12 @@ _TRIGGER_TEXTS = [
 
 @pytest.mark.parametrize("text", _TRIGGER_TEXTS)
 def test_split_triggers_agree_with_one_set(text: str) -> None:
-    # the Solo triggers are searched on their own: same answer as one set of all triggers
+    """Triggers searched on their own (Solo) give the same answer as one set of all triggers."""
     assert _core.compile_set(_TRIGGERS).Match(text) == _one_set(text)
 
 
 def test_each_solo_trigger_fires_on_its_own() -> None:
+    """Each Solo trigger fires on a text made of its own run, and an empty set matches nothing."""
     solos = [i for i, t in enumerate(_TRIGGERS) if isinstance(t, Solo)]
     assert solos
     for text, want in [("a" * 32, 1), ("x" * 16, 1), ("s" + "u" + "a" * 56, 1)]:
@@ -78,6 +79,7 @@ def test_each_solo_trigger_fires_on_its_own() -> None:
 @settings(max_examples=300, deadline=None)
 @given(st.text(alphabet="aB1 \n\u00e9\u20ac\U0001f600\u07ff\u0800\uffff\U00010000", max_size=300))
 def test_offset_table_maps_bytes_to_str(text: str) -> None:
+    """The byte-to-str offset table of a non-ASCII text matches a per-character reference."""
     _, data, ends, extra = _core._encoded(text)
     if ends is None:
         assert data.isascii()
@@ -113,11 +115,13 @@ _VALUES = st.text(alphabet="0123456789-./ +()x", max_size=14)
 @settings(max_examples=300, deadline=None)
 @given(_VALUES)
 def test_date_shortcut(value: str) -> None:
+    """The date shortcut answers exactly as the date pattern on generated values."""
     assert _pii._date_like(value) == (_pii._DATE_LIKE.search(value) is not None)
 
 
 @pytest.mark.parametrize("value", ["2023-01-31", "31/12/2023", "1.2.99", "12-31-2023x"])
 def test_date_shortcut_examples(value: str) -> None:
+    """The date shortcut answers exactly as the date pattern on the edge cases."""
     assert _pii._date_like(value) == (_pii._DATE_LIKE.search(value) is not None)
 
 
@@ -129,6 +133,7 @@ _UNIT_CHUNKS = _words([" ", "\t", "\n", ",", ">", "#", "Apt", "Apartment", "Suit
 @settings(max_examples=400, deadline=None)
 @given(_UNIT_CHUNKS)
 def test_unit_shortcut(chunk: str) -> None:
+    """The unit shortcut finds the same span as the unit pattern, or none when it does not."""
     got, want = _cues._unit(chunk), _cues._UNIT.search(chunk)
     assert (got is None) == (want is None)
     if got is not None:
@@ -145,6 +150,7 @@ _CODE = _words(
 @settings(max_examples=500, deadline=None)
 @given(_CODE)
 def test_call_prefilter_never_hides_a_match(scan: str) -> None:
+    """The call prefilter passes every text on which the call pattern matches."""
     if _assign._CALL.search(scan) is not None:
         assert _assign._maybe_call(scan)
 
@@ -162,6 +168,7 @@ def test_call_prefilter_never_hides_a_match(scan: str) -> None:
     ],
 )
 def test_call_prefilter_passes_each_form(scan: str) -> None:
+    """Every form of call the pattern covers matches and passes the prefilter."""
     assert _assign._CALL.search(scan) is not None
     assert _assign._maybe_call(scan)
 
@@ -177,6 +184,7 @@ _REFS = _words(
 @settings(max_examples=500, deadline=None)
 @given(_REFS)
 def test_reference_prefilter_never_hides_a_match(v: str) -> None:
+    """The reference prefilter passes every value the reference pattern matches."""
     if _assign._REFERENCE.search(v) is not None:
         assert _assign._maybe_reference(v)
 
@@ -184,6 +192,7 @@ def test_reference_prefilter_never_hides_a_match(v: str) -> None:
 @settings(max_examples=300, deadline=None)
 @given(st.text(alphabet=[",", ";", " ", "\n", "a", "_", "1", ":", "=", "-"], max_size=16))
 def test_other_pair_shortcut(value: str) -> None:
+    """The other-pair shortcut answers exactly as its pattern."""
     got, want = _assign._other_pair(value), _assign._OTHER_PAIR.search(value)
     assert (got is None) == (want is None)
 
@@ -192,6 +201,7 @@ def test_other_pair_shortcut(value: str) -> None:
 @given(_words(["a", "n", "nan", "B", "Ch", "\u00c9", "1", "12345", "AB", "APO",
                          " ", "-", "(", ".", "z"], max_size=8))  # fmt: skip
 def test_tail_part_first_character_rule(part: str) -> None:
+    """Every tail part the pattern matches passes the first-character rule."""
     if _cues._TAIL_PART.search(part) is not None:
         assert _cues._maybe_tail(part)
 
@@ -219,6 +229,7 @@ _SPLIT_TEXT = _words(
 @settings(max_examples=600, deadline=None)
 @given(_SPLIT_TEXT)
 def test_split_detector_triggers_are_necessary(text: str) -> None:
+    """A split detector that finds something on a text always has its trigger fire on it."""
     masked = _blanked_lower(text)
     for detector, trigger in _SPLIT:
         if list(detector(text, text.lower())):
@@ -240,6 +251,7 @@ def test_split_detector_triggers_are_necessary(text: str) -> None:
     ],
 )
 def test_split_detectors_find_and_pass_their_trigger(detector: object, text: str) -> None:
+    """Each split detector finds its example and its trigger fires on it."""
     trigger = dict(_SPLIT)[detector]  # type: ignore[index]
     assert list(detector(text, text.lower()))  # type: ignore[operator]
     assert _core.compile_set([trigger]).Match(_blanked_lower(text)) == [0]
@@ -282,12 +294,14 @@ def test_narrowed_gitleaks_keywords_are_necessary(text: str) -> None:
     ],
 )
 def test_narrowed_gitleaks_rules_still_find_their_tokens(text: str) -> None:
+    """The gitleaks rules with narrowed keywords still find their tokens."""
     found = [text[c.start : c.end] for c in _GITLEAKS(text, text.lower())]
     assert found and all(len(f) >= 24 for f in found), found
 
 
 @pytest.mark.parametrize("text", ["s.\u017f" + "x9Y8z7W6v5U4t3S2r1Q0p9O", "s.\u212a" + "x" * 23])
 def test_narrowed_vault_keyword_follows_the_rules_case_folding(text: str) -> None:
+    """The narrowed vault keyword folds case as RE2 does for the rule (long s, Kelvin)."""
     from memstream.pipeline.redact._gitleaks import _NARROWED_KEYWORDS
 
     rule = {r.id: r for r in _GITLEAKS.rules}["vault-service-token"]

@@ -35,3 +35,9 @@ def test_namespace_names_streams() -> None:
     assert Subjects("mem").stream("turns") == "MEM_TURNS"
     assert Subjects("t1-x").stream("dlq") == "T1_X_DLQ"
     assert Subjects("t1").turns("acme", "a.b", "s 1") == "t1.turns.acme.a%2Eb.s%201"
+
+
+def test_the_empty_id_and_nul_have_different_tokens() -> None:
+    """ "" and "\\x00" were both "%00": two ids on one subject."""
+    assert token("") != token("\x00")
+    assert untoken(token("")) == "" and untoken(token("\x00")) == "\x00"

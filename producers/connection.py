@@ -1,0 +1,125 @@
+"""How a memstream process authenticates to NATS, given apart from the URL.
+
+A URL is printed, logged and written to ``stack.json``; credentials must not be. They come
+from their own variables (or arguments), and every URL is shown through :func:`display_url`,
+which drops any ``user:password@`` part.
+
+| variable                     | nats-py option     | what                                   |
+|------------------------------|--------------------|----------------------------------------|
+| MEMSTREAM_NATS_CREDS         | user_credentials   | a ``.creds`` file (user JWT + seed)    |
+| MEMSTREAM_NATS_NKEY_SEED     | nkeys_seed         | a file holding an NKey seed            |
+| MEMSTREAM_NATS_USER          | user               | user name (with the password)          |
+| MEMSTREAM_NATS_PASSWORD      | password           | password                               |
+| MEMSTREAM_NATS_TOKEN         | token              | an authorization token                 |
+| MEMSTREAM_NATS_INBOX_PREFIX  | inbox_prefix       | reply subjects (default: see below)    |
+
+A ``.creds`` file issued by ``memstream creds create`` may subscribe only to its own inbox
+prefix (``_INBOX.<tenant>...``); the client reads that prefix from the JWT's permissions, so
+replies to recall and PubAcks arrive where the credential may listen.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+from pydantic import SecretStr
+
+__all__ = ["NatsAuth", "creds_inbox_prefix", "display_url"]
+
+ENV = "MEMSTREAM_NATS_"
+
+
+def display_url(url: str) -> str:
+    """``url`` (or a comma-separated list of URLs) without user, password or token."""
+    return ",".join(_strip_userinfo(u.strip()) for u in url.split(","))
+
+
+def _strip_userinfo(url: str) -> str:
+    if "@" not in url:
+        return url
+    try:
+        parts = urlsplit(url if "://" in url else f"nats://{url}")
+        host = parts.hostname or ""
+        netloc = f"[{host}]" if ":" in host else host
+        if parts.port is not None:
+            netloc += f":{parts.port}"
+    except ValueError:  # unparseable: keep only what follows the last @
+        return "nats://" + url.rsplit("@", 1)[1]
+    return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
+
+
+def creds_inbox_prefix(path: str | os.PathLike[str]) -> str | None:
+    """The inbox prefix a ``.creds`` file's user JWT may subscribe to (``X`` of an allowed
+    ``X.>`` that starts with ``_INBOX``), or None if it names none. The JWT is only read
+    here, not verified: the server verifies it."""
+    try:
+        lines = Path(path).read_text().splitlines()
+        jwt = lines[lines.index(next(ln for ln in lines if "BEGIN NATS USER JWT" in ln)) + 1]
+        payload = jwt.strip().split(".")[1]
+        claims = json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
+        allowed = claims["nats"]["sub"]["allow"]
+    except (OSError, ValueError, IndexError, KeyError, TypeError, StopIteration):
+        return None
+    for subject in allowed:
+        if isinstance(subject, str) and subject.startswith("_INBOX") and subject.endswith(".>"):
+            return subject[: -len(".>")]
+    return None
+
+
+@dataclass(frozen=True)
+class NatsAuth:
+    """NATS credentials and inbox prefix; ``repr`` never shows a secret."""
+
+    user: str | None = None
+    password: SecretStr | None = None
+    token: SecretStr | None = None
+    creds: Path | None = None
+    nkey_seed: Path | None = None
+    inbox_prefix: str | None = None
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> NatsAuth:
+        env = os.environ if env is None else env
+
+        def get(name: str) -> str | None:
+            return env.get(ENV + name) or None
+
+        password, token = get("PASSWORD"), get("TOKEN")
+        creds, seed = get("CREDS"), get("NKEY_SEED")
+        return cls(
+            user=get("USER"),
+            password=SecretStr(password) if password else None,
+            token=SecretStr(token) if token else None,
+            creds=Path(creds) if creds else None,
+            nkey_seed=Path(seed) if seed else None,
+            inbox_prefix=get("INBOX_PREFIX"),
+        )
+
+    @property
+    def configured(self) -> bool:
+        """True when any credential is given (the bus is expected to check them)."""
+        return bool(self.user or self.password or self.token or self.creds or self.nkey_seed)
+
+    def connect_options(self) -> dict[str, Any]:
+        """Keyword arguments for ``nats.connect`` (and FastStream's ``NatsBroker``)."""
+        opts: dict[str, Any] = {}
+        if self.user or self.password:
+            opts["user"] = self.user or ""
+            opts["password"] = self.password.get_secret_value() if self.password else ""
+        if self.token:
+            opts["token"] = self.token.get_secret_value()
+        if self.creds:
+            opts["user_credentials"] = str(self.creds)
+        if self.nkey_seed:
+            opts["nkeys_seed"] = str(self.nkey_seed)
+        inbox = self.inbox_prefix or (creds_inbox_prefix(self.creds) if self.creds else None)
+        if inbox:
+            opts["inbox_prefix"] = inbox
+        return opts
