@@ -54,7 +54,7 @@ from memstream.gateway.errors import ErrorBody
 from memstream.gateway.identity import Identity, identity_of, root_client
 from memstream.gateway.models import Body
 from memstream.producers.client import MemoryClient
-from memstream.producers.progress import Progress, progress, turns_after
+from memstream.producers.progress import progress, turns_after, wait_processed
 from memstream.schemas.events import Message, Role, TurnEvent
 from memstream.schemas.ids import derived_id
 from memstream.schemas.memory import MemoryType
@@ -431,15 +431,8 @@ async def flush(request: Request, req: FlushRequest, response: Response) -> Flus
     _, mem = await _caller(request, req)
     timeout = req.timeout_s or request.app.state.config.flush_timeout_s
     started = time.monotonic()
-    owner = mem.user or mem.agent or "_"
-    delay = 0.02
-    while True:
-        state: Progress = await progress(mem, owner, req.session_id)
-        waited = time.monotonic() - started
-        if state.done or waited >= timeout:
-            break
-        await asyncio.sleep(min(delay, max(0.0, timeout - waited)))
-        delay = min(delay * 1.5, 0.25)
+    state = await wait_processed(mem, req.session_id, within_s=timeout)
+    waited = time.monotonic() - started
     if not state.done:
         response.status_code = 202
     return FlushResponse(

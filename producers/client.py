@@ -222,6 +222,14 @@ class MemoryClient:
         except (ValueError, AttributeError, ValidationError, KeyError):
             raise CommandError(ErrorCode.INTERNAL, "the reply could not be read") from None
 
+    async def flush(self, session: str = "default", within_s: float = 30.0) -> bool:
+        """Wait until every turn this client's owner published to ``session`` so far is
+        processed and recallable (the pipeline is asynchronous: recall right after a publish
+        may not see it yet). True when done, False when ``within_s`` seconds passed first."""
+        from memstream.producers.progress import wait_processed
+
+        return (await wait_processed(self, session, within_s=within_s)).done
+
     async def _on_error(self, exc: Exception) -> None:
         """Connection errors are counted, not printed: the agent's output stays its own."""
         self.connection_errors += 1

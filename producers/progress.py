@@ -14,7 +14,9 @@ wait for it too, never return early.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -105,3 +107,20 @@ async def turns_after(
     except (NatsError, OSError, TimeoutError) as exc:
         raise MemoryClientError("the session's turns cannot be read") from exc
     return out
+
+
+async def wait_processed(
+    mem: MemoryClient, session: str, owner: str | None = None, within_s: float = 30.0
+) -> Progress:
+    """Wait until every turn published to ``session`` so far is processed and recallable, or
+    ``within_s`` seconds pass; returns the last ``Progress`` (``done`` says which)."""
+    who = owner or mem.user or mem.agent or "_"
+    deadline = time.monotonic() + within_s
+    delay = 0.02
+    while True:
+        state = await progress(mem, who, session)
+        left = deadline - time.monotonic()
+        if state.done or left <= 0:
+            return state
+        await asyncio.sleep(min(delay, left))
+        delay = min(delay * 1.5, 0.25)
