@@ -30,6 +30,10 @@ STATUS = {
 }
 
 
+# a turn travels as one NATS message (1 MB by default): a larger body cannot be stored anyway
+MAX_BODY_BYTES = 8 * 1024 * 1024
+
+
 class ErrorBody(BaseModel):
     """Every error response."""
 
@@ -116,6 +120,9 @@ def install(app: FastAPI) -> None:
     async def _internal(request: Request, call_next: Any) -> Any:
         # the last resort: a JSON 500 with a code, no traceback to the client or the log
         # (a traceback's messages may quote request values)
+        size = request.headers.get("content-length", "")
+        if size.isdigit() and int(size) > MAX_BODY_BYTES:
+            return error_response(413, "too_large", "the request body is too large")
         raw = (request.scope.get("raw_path") or b"") + b"?" + request.scope.get("query_string", b"")
         if b"%00" in raw or b"\x00" in raw:
             return error_response(422, "validation_error", "text must not contain NUL characters")

@@ -41,6 +41,7 @@ from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Header, Request, Response
+from nats.errors import MaxPayloadError
 from pydantic import (
     BaseModel,
     Field,
@@ -50,10 +51,10 @@ from pydantic import (
 )
 
 from memstream.gateway import filters as flt
-from memstream.gateway.errors import ErrorBody
+from memstream.gateway.errors import ApiError, ErrorBody, forbidden
 from memstream.gateway.identity import Identity, identity_of, root_client
 from memstream.gateway.models import Body
-from memstream.producers.client import MemoryClient
+from memstream.producers.client import MemoryClient, PublishError
 from memstream.producers.progress import progress, turns_after, wait_processed
 from memstream.schemas.events import Message, Role, TurnEvent
 from memstream.schemas.ids import derived_id
@@ -192,6 +193,8 @@ class FlushResponse(BaseModel):
 
 async def _caller(request: Request, body: _Caller) -> tuple[Identity, MemoryClient]:
     ident = await identity_of(request, body.user_key)
+    if ident.user is not None and body.user_id != ident.user:
+        raise forbidden("the key is bound to another user")
     user: str | None
     agent: str | None
     if body.agent_id is not None:  # seed 003: agent_id, when present, is the owner searched
@@ -332,6 +335,7 @@ async def _unprocessed(
 
 
 ERRORS: dict[int | str, dict[str, Any]] = {
+    413: {"model": ErrorBody},
     401: {"model": ErrorBody},
     403: {"model": ErrorBody},
     422: {"model": ErrorBody},
@@ -411,7 +415,12 @@ async def add(
         ],
         occurred_at=datetime.fromtimestamp(req.messages[-1].timestamp / 1000, UTC),
     )
-    res = await mem.publish(event)
+    try:
+        res = await mem.publish(event)
+    except PublishError as exc:
+        if isinstance(exc.__cause__, MaxPayloadError):
+            raise ApiError(413, "too_large", "the turn exceeds the bus's message size") from None
+        raise
     return AddResponse(
         session_id=req.session_id,
         event_id=res.event_id,

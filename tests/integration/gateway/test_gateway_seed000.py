@@ -200,3 +200,24 @@ async def test_unprocessed_turns_and_pending_flush(gateway, tenant) -> None:  # 
     assert f.status_code == 202, f.text
     assert f.json()["status"] == "pending"
     assert f.json()["pending"]["turns_waiting_for_extract"] is True
+
+
+async def test_oversized_turns_are_413(gateway, tenant) -> None:  # type: ignore[no-untyped-def]
+    """A turn larger than a NATS message is 413 `too_large`, and so is a body over 8 MiB:
+    never a 5xx."""
+    key = await gateway.key(tenant, user="u")
+    r = await gateway.add(key, "u", "big", "x" * 600_000, "y" * 600_000)
+    assert r.status_code == 413 and r.json()["code"] == "too_large", r.text
+    r = await gateway.http.post(
+        "/memories/add",
+        content=b"{" + b" " * (9 * 1024 * 1024) + b"}",
+        headers={"Content-Type": "application/json"},
+    )
+    assert r.status_code == 413 and r.json()["code"] == "too_large"
+
+
+async def test_agent_id_does_not_lift_the_user_binding(gateway, tenant) -> None:  # type: ignore[no-untyped-def]
+    """With agent_id, a key bound to alice still cannot name user bob (403)."""
+    key = await gateway.key(tenant, user="alice")
+    r = await gateway.search(key, "bob", "q", agent_id="helper")
+    assert r.status_code == 403 and r.json()["code"] == "forbidden"
