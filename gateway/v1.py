@@ -231,6 +231,9 @@ async def recall(
         )
         for h in reply.hits
     ]
+    # seed 002 ranks by similarity_score: the best k are memstream's (fused ranking), in the
+    # order of their calibrated score
+    results.sort(key=lambda r: r.similarity_score, reverse=True)
     return RecallResponse(
         query=query,
         results=results,

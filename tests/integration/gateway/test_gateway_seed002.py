@@ -46,6 +46,8 @@ async def test_remember_high_salience_is_stored_everywhere_and_promoted(gateway,
     assert {x["source"] for x in rec["results"]} == {"memory", "fact"}
     for x in rec["results"]:
         assert 0 <= x["similarity_score"] <= 1 and datetime.fromisoformat(x["created_at"])
+    ranked = [x["similarity_score"] for x in rec["results"]]
+    assert ranked == sorted(ranked, reverse=True)
     r = await gateway.http.get("/api/v1/memory/recall", params=params, headers=auth(key))
     assert r.json()["cached"] is True and r.json()["results"] == rec["results"]
 
