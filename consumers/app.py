@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import random
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,8 +24,10 @@ from memstream.consumers import indexing, topology
 from memstream.consumers.auth import Authenticator
 from memstream.consumers.cache import RecallCache
 from memstream.consumers.commands import CommandService
+from memstream.consumers.extractors import LlmExtractor
 from memstream.consumers.logs import log
 from memstream.consumers.natsconn import api_keys_required, nats_options
+from memstream.consumers.outage import Backoff
 from memstream.consumers.recall import RecallService, error_reply
 from memstream.consumers.stages import STAGE_WORK, Deps, StageRunner
 from memstream.pipeline.redact import Redacts
@@ -37,6 +40,25 @@ from memstream.schemas.settings import Settings
 from memstream.schemas.subjects import STAGES, Subjects
 from memstream.storage.ports import Embedder, VectorIndex
 from memstream.storage.postgres import PgStore
+
+
+def reconnect_forever(closed: Any) -> dict[str, Any]:
+    """nats-py options shared by the worker's connections: reconnect forever (the default
+    gives up after 60 attempts x 2 s and leaves a worker that does nothing). nats-py has no
+    jitter of its own, so each process draws its wait from 1-2 s: a fleet restarted with its
+    server does not reconnect in step. ``closed`` runs if the client gives up anyway."""
+    return {
+        "max_reconnect_attempts": -1,
+        "reconnect_time_wait": random.uniform(1.0, 2.0),  # jitter, not a secret
+        "closed_cb": closed,
+    }
+
+
+def _sanitized(exc: ValidationError) -> str:
+    """Field paths and messages only: never the input values (they may hold secrets)."""
+    return "; ".join(
+        f"{'.'.join(map(str, e['loc'])) or '<root>'}: {e['msg']}" for e in exc.errors()[:5]
+    )
 
 
 @dataclass
@@ -59,11 +81,19 @@ class Worker:
     _recall_slots: asyncio.Semaphore = field(
         init=False, default_factory=lambda: asyncio.Semaphore(64)
     )
+    _recall_pending: int = field(init=False, default=0)
+    _stopping: bool = field(init=False, default=False)
+    # set when a NATS connection closed for good (it reconnects forever, so only if the
+    # client gave up anyway): `memstream worker` then exits non-zero for its supervisor
+    lost: asyncio.Event = field(init=False, default_factory=asyncio.Event)
 
     async def start(self) -> None:
         s = Subjects(self.settings.namespace)
         self._nc = await nats.connect(
-            self.nats_url, name="memstream-worker-control", **nats_options(self.settings)
+            self.nats_url,
+            name="memstream-worker-control",
+            **nats_options(self.settings),
+            **reconnect_forever(self._closed),
         )
         js = self._nc.jetstream()
         topo = await topology.apply(js, self.settings)
@@ -81,6 +111,11 @@ class Worker:
             self.redactor,
             clock=self.pg.clock,
             cache=cache,
+            llm=(
+                LlmExtractor(self.settings.llm, self.redactor)
+                if self.settings.extractor == "rules+llm" and self.settings.llm is not None
+                else None
+            ),
         )
         self.recall = RecallService(self.pg, self.vectors, self.embedder)
         self.auth = Authenticator(self.pg, api_keys_required(self.settings))
@@ -92,6 +127,7 @@ class Worker:
             name="memstream-worker",
             graceful_timeout=10.0,
             **nats_options(self.settings),
+            **reconnect_forever(self._closed),
         )
         for stage in STAGES:
             stream, ccfg = topo.consumers[stage]
@@ -145,14 +181,37 @@ class Worker:
 
         return cmd_whoami
 
+    async def _closed(self) -> None:
+        if self._stopping:
+            return
+        if not self.lost.is_set():
+            log.error("worker.nats_closed", action="exiting for the supervisor to restart")
+        self.lost.set()
+
     async def _recall_message(self, msg: Any) -> None:
+        if self._recall_pending >= self.settings.recall_max_pending:
+            # overloaded: say so at once rather than queue without bound (each queued request
+            # holds a task and its body); the agent may retry or go without memories
+            self.recall.failed += 1
+            if msg.reply:
+                await msg.respond(error_reply(ErrorCode.UNAVAILABLE, "recall is overloaded"))
+            return
+        self._recall_pending += 1
         self._spawn(self._answer_recall(msg))
 
     async def _answer_recall(self, msg: Any) -> None:
-        async with self._recall_slots:  # bounded concurrency; the rest wait in NATS's queue
-            data = await self.answer_recall(msg.data)
+        try:
+            async with asyncio.timeout(self.settings.recall_deadline_s):
+                async with self._recall_slots:  # bounded concurrency; the rest wait here
+                    data = await self.answer_recall(msg.data)
+        except TimeoutError:
+            self.recall.failed += 1
+            data = error_reply(ErrorCode.TIMEOUT, "recall did not finish within its deadline")
+        finally:
+            self._recall_pending -= 1
         if msg.reply:
-            await msg.respond(data)
+            with contextlib.suppress(Exception):  # the requester or NATS may be gone
+                await msg.respond(data)
 
     async def answer_recall(self, body: bytes) -> bytes:
         """One recall request in, one reply (RecallReply or ErrorReply) out; never raises."""
@@ -192,13 +251,17 @@ class Worker:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def reconcile_once(self) -> int:
-        """Index memories kept in Postgres while the vector index was down."""
-        pending = await self.pg.unindexed()
-        if pending:
+    async def reconcile_once(self, limit: int = 256) -> int:
+        """Index memories kept in Postgres while the vector index was down: every one of them,
+        ``limit`` at a time (an outage of minutes leaves thousands)."""
+        done = 0
+        while pending := await self.pg.unindexed(limit):
             await indexing.index(self.pg, self.vectors, self.embedder, pending)
             log.info("reconcile.indexed", count=len(pending))
-        return len(pending)
+            done += len(pending)
+            if len(pending) < limit:
+                break
+        return done
 
     async def sweep_once(self) -> int:
         """Purge expired memories from Postgres and the vector index; emit ``expired``."""
@@ -232,19 +295,32 @@ class Worker:
             log.info("vector_index.optimized")
 
     async def _reconcile_forever(self) -> None:
+        """Maintenance every ``sweep_every_s``, whatever a round raises: a failed round is
+        logged and tried again after a pause that doubles from 1 s up to the interval."""
+        pause = self.settings.sweep_every_s
+        backoff = Backoff(1.0, self.settings.sweep_every_s)
         while True:
-            await asyncio.sleep(self.settings.sweep_every_s)
+            await asyncio.sleep(pause)
             try:
                 await self.maintain_once()
             except MemstreamError as exc:
-                log.warning("maintenance.failed", error=type(exc).__name__)
+                pause = backoff.next()
+                log.warning("maintenance.failed", error=type(exc).__name__, retry_in_s=pause)
+            except Exception:  # noqa: BLE001 - the maintenance loop's one catch-all: it must outlive any round
+                pause = backoff.next()
+                log.exception("maintenance.error", retry_in_s=pause)
+            else:
+                pause = self.settings.sweep_every_s
+                backoff.reset()
 
     async def stop(self) -> None:
+        self._stopping = True
         if self._reconciler is not None:
             self._reconciler.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._reconciler
-        if self._recall_sub is not None:
+        closed = self._nc is None or self._nc.is_closed  # lost: nothing left to drain
+        if self._recall_sub is not None and not closed:
             await self._recall_sub.drain()
         await self.broker.stop()
         if self._tasks:
@@ -252,5 +328,7 @@ class Worker:
         await self.recall.flush_touches()
         if self.deps.cache is not None:
             await self.deps.cache.stop()
-        if self._nc is not None:
+        if self.deps.llm is not None:
+            await self.deps.llm.close()
+        if self._nc is not None and not closed:
             await self._nc.drain()

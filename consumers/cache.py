@@ -16,6 +16,15 @@ a moment ago may not be known yet: that lookup misses and recall runs as usual.
 Replaying a bump or losing a gen key to the TTL is safe: a missing generation reads as
 ``-``, and every entry keyed with ``-`` is older than the bump that replaced it (see
 docs/recall.md).
+
+The bucket is memory-backed: a NATS restart takes it away, entries, generations and all. Every
+worker recreates it (``_ensure``): when a bump or put finds it gone, and every few seconds
+(``_supervise``), which also re-opens the watches when they ended or follow a bucket that was
+replaced. A bucket lost with the server holds no entry, so nothing stale can be served from
+it. A bump that still fails (NATS away) raises ``TransientError`` from the NATS error: the
+store stage treats it as an outage and tries again in 0.5-2 s. The invalidation is never
+skipped, because a skipped bump would let recall serve a forgotten or replaced memory from
+the cache for up to the TTL.
 """
 
 from __future__ import annotations
@@ -29,9 +38,10 @@ from typing import Any
 
 from nats.js import JetStreamContext
 from nats.js.api import KeyValueConfig, StorageType
-from nats.js.errors import BucketNotFoundError, KeyNotFoundError
+from nats.js.errors import BucketNotFoundError, KeyNotFoundError, NotFoundError
 
 from memstream.consumers.logs import log
+from memstream.schemas.errors import TransientError
 from memstream.schemas.recall import RecallReply, RecallRequest
 
 
@@ -45,6 +55,7 @@ def gen_key(tenant: str, kind: str, name: str) -> str:
 
 class RecallCache:
     PRUNE_EVERY = 4096  # known keys: drop the expired ones every this many new keys
+    SUPERVISE_EVERY_S = 2.0  # how often a worker checks that its bucket and watches live
 
     def __init__(self, js: JetStreamContext, bucket: str, ttl_s: float) -> None:
         self.js, self.bucket, self.ttl_s = js, bucket, ttl_s
@@ -52,11 +63,23 @@ class RecallCache:
         self.gens: dict[str, str] = {}
         self.known: dict[str, float] = {}  # entry key -> when it expires (monotonic)
         self._watches: list[asyncio.Task[None]] = []
+        self._supervisor: asyncio.Task[None] | None = None
+        self._created: Any = None  # the bucket stream's creation time, as last opened
+        self._opening = asyncio.Lock()
         self._added = 0
         self.hits = 0
         self.misses = 0
 
+    @property
+    def stream(self) -> str:
+        return f"KV_{self.bucket}"
+
     async def start(self) -> None:
+        await self._open()
+        self._supervisor = asyncio.create_task(self._supervise(), name="cache.supervisor")
+
+    async def _open(self) -> None:
+        """Bind to the bucket (creating it if missing) and (re)start both watches."""
         cfg = KeyValueConfig(
             bucket=self.bucket,
             ttl=self.ttl_s,
@@ -68,6 +91,13 @@ class RecallCache:
             self.kv = await self.js.key_value(self.bucket)
         except BucketNotFoundError:
             self.kv = await self.js.create_key_value(cfg)
+        created = (await self.js.stream_info(self.stream)).created
+        if self._created is not None and created != self._created:
+            # a new bucket: no entry of the old one survived, nor did its generations
+            self.gens.clear()
+        self.known.clear()  # the entries watch lists the ones that exist again
+        self._created = created
+        await self._stop_watches()
         gens = await self.kv.watch("gen.>")
         entries = await self.kv.watch("q.>", meta_only=True)
         self._watches = [
@@ -76,6 +106,25 @@ class RecallCache:
         ]
         for task in self._watches:
             task.add_done_callback(self._watch_ended)
+
+    async def _ensure(self) -> None:
+        """Re-open when the bucket is gone (NATS restarted), was replaced, or a watch ended."""
+        async with self._opening:  # many stages may notice at once: one re-open
+            try:
+                created = (await self.js.stream_info(self.stream)).created
+            except NotFoundError:
+                created = None
+            if created is None or created != self._created or any(w.done() for w in self._watches):
+                log.warning("cache.reopen", bucket_missing=created is None)
+                await self._open()
+
+    async def _supervise(self) -> None:
+        while True:
+            await asyncio.sleep(self.SUPERVISE_EVERY_S)
+            try:
+                await self._ensure()
+            except Exception as exc:  # noqa: BLE001 - NATS away: the next round tries again
+                log.debug("cache.supervise_failed", error=type(exc).__name__)
 
     def _watch_ended(self, task: asyncio.Task[None]) -> None:
         """A watch that stops before ``stop()`` leaves the cache stale (generations) or cold
@@ -116,10 +165,18 @@ class RecallCache:
             self.known = {k: t for k, t in self.known.items() if t > now}
 
     async def stop(self) -> None:
+        if self._supervisor is not None:
+            self._supervisor.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._supervisor
+        await self._stop_watches()
+
+    async def _stop_watches(self) -> None:
         for task in self._watches:
             task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
+            with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
+        self._watches = []
 
     def key(self, req: RecallRequest) -> str:
         gu = self.gens.get(gen_key(req.tenant, "u", req.user), "-") if req.user else ""
@@ -155,10 +212,18 @@ class RecallCache:
             log.warning("cache.put_failed", error=type(exc).__name__)
 
     async def bump(self, tenant: str, user: str | None, agent: str | None) -> None:
-        """Invalidate every cached query of these owners (new generation tokens)."""
+        """Invalidate every cached query of these owners (new generation tokens). Recreates
+        a bucket that went away; raises ``TransientError`` when NATS cannot take the bump."""
         token = uuid.uuid4().hex.encode()
         for kind, name in (("u", user), ("a", agent)):
             if name:
                 key = gen_key(tenant, kind, name)
-                await self.kv.put(key, token)
+                try:
+                    await self.kv.put(key, token)
+                except Exception:  # noqa: BLE001 - the bucket may be gone: recreate, once
+                    try:
+                        await self._ensure()
+                        await self.kv.put(key, token)
+                    except Exception as exc:
+                        raise TransientError("the recall cache cannot be invalidated") from exc
                 self.gens[key] = token.decode()  # this worker sees its own bump at once

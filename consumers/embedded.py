@@ -8,6 +8,7 @@ import contextlib
 import importlib.util
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -52,36 +53,62 @@ class EmbeddedNats:
     url: str
     monitor_url: str
     proc: subprocess.Popen[bytes]
+    data_dir: Path | None = None
+    extra: list[str] = field(default_factory=list)
 
     @classmethod
-    def start(cls, data_dir: Path) -> EmbeddedNats:
+    def start(cls, data_dir: Path, extra: list[str] | None = None) -> EmbeddedNats:
+        """``extra``: more nats-server arguments (a cluster's ``--cluster``, ``--routes`` ...)."""
         data_dir.mkdir(parents=True, exist_ok=True)
         port, mport = free_port(), free_port()
-        log = open(data_dir / "nats-server.log", "ab")  # noqa: SIM115 - owned by the process
+        server = cls(f"nats://127.0.0.1:{port}", f"http://127.0.0.1:{mport}", None, data_dir)  # type: ignore[arg-type]
+        server.extra = list(extra or [])
+        server._launch()
+        return server
+
+    @property
+    def port(self) -> int:
+        return int(self.url.rsplit(":", 1)[1])
+
+    def _launch(self) -> None:
+        assert self.data_dir is not None
+        mport = int(self.monitor_url.rsplit(":", 1)[1])
+        log = open(self.data_dir / "nats-server.log", "ab")  # noqa: SIM115 - owned by the process
         proc = subprocess.Popen(
             [
                 nats_server_binary(),
                 "-a",
                 "127.0.0.1",
                 "-p",
-                str(port),
+                str(self.port),
                 "-m",
                 str(mport),
                 "-js",
                 "-sd",
-                str(data_dir / "jetstream"),
+                str(self.data_dir / "jetstream"),
+                *self.extra,
             ],
             stdout=log,
             stderr=subprocess.STDOUT,
         )
         log.close()
         try:
-            wait_for_port(port, 15, proc)
+            wait_for_port(self.port, 15, proc)
             wait_for_port(mport, 5, proc)
         except ConfigurationError:
             proc.kill()
             raise
-        return cls(f"nats://127.0.0.1:{port}", f"http://127.0.0.1:{mport}", proc)
+        self.proc = proc
+
+    def halt(self) -> None:
+        """SIGKILL the server (fault tests): no shutdown, no flush."""
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
+
+    def resume(self) -> None:
+        """Start it again on the same ports and store directory (after ``halt``)."""
+        self._launch()
 
     def stop(self) -> None:
         if self.proc.poll() is None:
@@ -91,6 +118,16 @@ class EmbeddedNats:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+
+
+def _parent(proc_dir: Path) -> int:
+    """The parent pid of a /proc entry (0 when it is gone or a zombie)."""
+    try:
+        stat = (proc_dir / "stat").read_text()
+    except OSError:
+        return 0
+    fields = stat.rsplit(")", 1)[1].split()
+    return 0 if fields[0] == "Z" else int(fields[1])
 
 
 def pg_bin_dir() -> Path:
@@ -187,7 +224,7 @@ class EmbeddedPostgres:
                     "--no-sync",
                 ],
                 **run,
-            )  # type: ignore[call-overload]
+            )
         pidfile = data_dir / "postmaster.pid"
         if pidfile.exists():  # a server left running by an earlier run: stop it, start ours
             subprocess.run(
@@ -197,6 +234,12 @@ class EmbeddedPostgres:
                 capture_output=True,
             )
         port = free_port()
+        cls._launch(data_dir, port, uid)
+        return cls(f"postgresql://postgres@127.0.0.1:{port}/postgres", data_dir, uid)
+
+    @classmethod
+    def _launch(cls, data_dir: Path, port: int, uid: int | None) -> None:
+        run = dict(check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, **cls._as(uid))
         opts = f"-h 127.0.0.1 -p {port} -k '' -c fsync=on -c max_connections=200"
         try:
             subprocess.run(
@@ -215,11 +258,54 @@ class EmbeddedPostgres:
                 ],
                 timeout=90,
                 **run,
-            )  # type: ignore[call-overload]
+            )
         except subprocess.CalledProcessError as exc:
             tail = (data_dir / "postgres.log").read_text(errors="replace")[-2000:]
-            raise ConfigurationError(f"embedded postgres did not start:\n{tail}") from exc
-        return cls(f"postgresql://postgres@127.0.0.1:{port}/postgres", data_dir, uid)
+            said = (exc.stderr or b"").decode(errors="replace")
+            raise ConfigurationError(f"embedded postgres did not start:\n{said}{tail}") from exc
+
+    @property
+    def port(self) -> int:
+        return int(self.dsn.rsplit(":", 1)[1].split("/", 1)[0])
+
+    def halt(self, mode: str = "kill") -> None:
+        """Stop the server abruptly (fault tests). ``kill``: SIGKILL to the postmaster and
+        every backend at once (a crash; recovery at the next start); ``immediate`` or
+        ``fast``: ``pg_ctl stop`` in that mode."""
+        if mode == "kill":
+            pid = int((self.data_dir / "postmaster.pid").read_text().split()[0])
+            family = [pid] + [
+                int(p.name)
+                for p in Path("/proc").iterdir()
+                if p.name.isdigit() and _parent(p) == pid
+            ]
+            for member in family:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(member, signal.SIGKILL)
+            deadline = time.monotonic() + 30
+            while (
+                any(
+                    Path(f"/proc/{m}").exists() and _parent(Path(f"/proc/{m}")) != 0 for m in family
+                )
+                and time.monotonic() < deadline
+            ):
+                time.sleep(0.05)
+            # the postmaster may stay a zombie (an init that does not reap): its pid still
+            # "exists", so the lock file would stop the next start
+            (self.data_dir / "postmaster.pid").unlink(missing_ok=True)
+            return
+        subprocess.run(
+            [self._bin("pg_ctl"), "-D", str(self.data_dir), "-m", mode, "-w", "stop"],
+            **self._as(self._user),
+            check=False,
+            capture_output=True,
+            timeout=60,
+        )
+
+    def resume(self) -> None:
+        """Start it again on the same port and data directory (after ``halt``)."""
+        self._prepare_user(self.data_dir)  # a parent's mode may have changed meanwhile
+        self._launch(self.data_dir, self.port, self._user)
 
     def stop(self) -> None:
         subprocess.run(

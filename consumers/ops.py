@@ -3,7 +3,8 @@
 ``GET /metrics``: per-stage counters of this process (processed, acked, retried,
 dead-lettered, outputs, busy seconds), redactions by type, recall and command counts, and,
 from JetStream, each stage consumer's lag (pending, unacked, redelivered) and the
-dead-letter stream's size. ``GET /healthz``: 200 when the broker is connected.
+dead-letter stream's size. ``GET /healthz``: 200 when NATS, Postgres and the vector index
+all answer, else 503 naming what is missing (consumers/health.py).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Any
 
 import nats
 
+from memstream.consumers.health import problems
 from memstream.consumers.natsconn import nats_options
 from memstream.consumers.topology import topology
 from memstream.schemas.settings import Settings
@@ -127,8 +129,9 @@ async def serve_http(worker: Any, host: str, port: int) -> asyncio.Server:
                 body = render(worker, await lag(worker.deps.js, worker.settings))
                 status = "200 OK"
             elif path == "/healthz":
-                ok = worker.broker.config.connection_state.connection.is_connected
-                status, body = ("200 OK", "ok\n") if ok else ("503 Service Unavailable", "down\n")
+                missing = await problems(worker)
+                body = "".join(f"{k}: {v}\n" for k, v in missing.items()) or "ok\n"
+                status = "503 Service Unavailable" if missing else "200 OK"
             else:
                 status, body = "404 Not Found", "not found\n"
             data = body.encode()

@@ -10,7 +10,7 @@ import signal
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from pydantic import ValidationError
 
@@ -31,6 +31,11 @@ from memstream.storage.postgres import PgStore
 
 
 def make_vector_index(settings: Settings, dim: int = 0) -> VectorIndex:
+    if settings.fault_vector_offline_file is not None:
+        from memstream.consumers.faults import OfflineSwitch
+
+        inner = make_vector_index(settings.model_copy(update={"fault_vector_offline_file": None}))
+        return cast(VectorIndex, OfflineSwitch(inner, settings.fault_vector_offline_file))
     if settings.qdrant_url:
         from memstream.storage.qdrant_server import ServerVectorIndex
 
@@ -228,20 +233,30 @@ async def serve(settings: Settings, announce: bool, dev_key: bool = False) -> in
             f"Ctrl-C stops everything.",
             flush=True,
         )
-    await stop.wait()
+    # a NATS connection that closed for good (it reconnects forever: only if the client gave
+    # up anyway) ends the worker non-zero, for its supervisor to restart it
+    ended = [asyncio.create_task(stop.wait()), asyncio.create_task(worker.lost.wait())]
+    await asyncio.wait(ended, return_when=asyncio.FIRST_COMPLETED)
+    for task in ended:
+        task.cancel()
+    code = 1 if worker.lost.is_set() else 0
     print("stopping ...", flush=True)
     if ops is not None:
         ops.close()
     if gateway is not None:
         await gateway.stop()
-    await worker.stop()
+    if code:
+        with contextlib.suppress(Exception):  # the connections are gone: stop what can be
+            await asyncio.wait_for(worker.stop(), 15)
+    else:
+        await worker.stop()
     await stack.close()
     if latency_hold is not None:
         latency_hold.close()
     with contextlib.suppress(OSError):
         remove_stack(settings.state_dir)
     print("stopped.", flush=True)
-    return 0
+    return code
 
 
 async def _start_gateway(settings: Settings, nats_url: str) -> Any:

@@ -4,6 +4,8 @@ Every handler follows one contract (``StageRunner``):
 - success: outputs are durable (PubAck received / rows committed), then ack;
 - ``PermanentError`` (including a payload that does not decode): publish to
   ``mem.dlq.<stage>`` with the reason in headers, then term;
+- an outage (a server away: consumers/outage.py): hold the message and try again every
+  0.5-2 s, renewing its ack deadline, for up to ``stage.outage_hold_s`` (no delivery used);
 - ``TransientError``: nack with a growing delay; past ``max_deliver`` it goes to
   the dead-letter subject too. Nothing is dropped silently.
 """
@@ -23,8 +25,10 @@ from pydantic import BaseModel, ValidationError
 
 from memstream.consumers import indexing
 from memstream.consumers.cache import RecallCache
+from memstream.consumers.extractors import LlmExtractor
 from memstream.consumers.logs import log
-from memstream.pipeline import dedupe, lifecycle
+from memstream.consumers.outage import Backoff, is_outage
+from memstream.pipeline import dedupe, lifecycle, llm_extract
 from memstream.pipeline.extract import extract
 from memstream.pipeline.lexical import dated
 from memstream.pipeline.redact import Redacts
@@ -64,6 +68,7 @@ class StageMetrics:
     redactions: dict[str, int] = field(default_factory=dict)
     last_error: str | None = None
     busy_s: float = 0.0
+    held: int = 0  # retries in place during an outage (no delivery used)
 
 
 @dataclass
@@ -78,6 +83,7 @@ class Deps:
     metrics: dict[str, StageMetrics] = field(default_factory=dict)
     clock: Callable[[], datetime] = field(default=lambda: datetime.now(UTC))
     cache: RecallCache | None = None
+    llm: LlmExtractor | None = None  # MEMSTREAM_EXTRACTOR=rules+llm
 
     async def reindex(self, tenant: str, ids: Sequence[str], followers: bool = False) -> None:
         """(Re)build the index points of memories from their Postgres rows (after a store,
@@ -121,14 +127,16 @@ class StageRunner:
         started = time.perf_counter()
         self.metrics.processed += 1
         try:
-            outputs = await self.work(self.deps, msg.body)
+            outputs = await self._attempt(msg)
         except PermanentError as exc:
             await self._dead_letter(msg, str(exc))
         except TransientError as exc:
-            await self._retry(msg, delivered, f"{type(exc).__name__}: {exc}")
+            await self._retry(msg, delivered, f"{type(exc).__name__}: {exc}", is_outage(exc))
         except Exception as exc:  # noqa: BLE001 - the stage middleware's one catch-all: retry, then dead-letter
-            await self._retry(msg, delivered, f"unexpected {type(exc).__name__}")
-            log.exception("stage.error", stage=self.name, subject=raw.subject)
+            outage = is_outage(exc)
+            await self._retry(msg, delivered, f"unexpected {type(exc).__name__}", outage)
+            if not outage:
+                log.exception("stage.error", stage=self.name, subject=raw.subject)
         else:
             await msg.ack()
             self.metrics.acked += 1
@@ -137,13 +145,41 @@ class StageRunner:
         finally:
             self.metrics.busy_s += time.perf_counter() - started
 
-    async def _retry(self, msg: Any, delivered: int, reason: str) -> None:
+    async def _attempt(self, msg: Any) -> int:
+        """The work, tried again every 0.5-2 s while the error is an outage (consumers/outage.py)
+        and the hold budget lasts; the ack deadline is renewed before each try, so the retries
+        use no delivery."""
+        budget = self.deps.settings.stage.outage_hold_s
+        backoff = Backoff()
+        held = 0.0
+        while True:
+            try:
+                return await self.work(self.deps, msg.body)
+            except PermanentError:
+                raise
+            except Exception as exc:
+                if not is_outage(exc) or held >= budget:
+                    raise
+                pause = backoff.next()
+                if held == 0.0:
+                    log.warning("stage.outage_hold", stage=self.name, reason=type(exc).__name__)
+                self.metrics.held += 1
+                self.metrics.last_error = f"outage: {type(exc).__name__}"
+                await asyncio.sleep(pause)
+                held += pause
+                with contextlib.suppress(Exception):  # NATS itself may be the one away
+                    await msg.in_progress()
+
+    async def _retry(self, msg: Any, delivered: int, reason: str, outage: bool = False) -> None:
         self.metrics.last_error = reason
         if delivered >= self.deps.settings.stage.max_deliver:
             await self._dead_letter(msg, f"gave up after {delivered} deliveries: {reason}")
             return
-        delays = self.deps.settings.stage.retry_delays_s or [1.0]
-        delay = delays[min(delivered - 1, len(delays) - 1)]
+        if outage:  # past the hold budget: one delivery used, back soon
+            delay = Backoff(1.0, 2.0).next()
+        else:
+            delays = self.deps.settings.stage.retry_delays_s or [1.0]
+            delay = delays[min(delivered - 1, len(delays) - 1)]
         self.metrics.retried += 1
         log.warning(
             "stage.retry", stage=self.name, delivered=delivered, delay_s=delay, reason=reason
@@ -177,6 +213,8 @@ async def extract_work(deps: Deps, body: bytes) -> int:
     if await deps.pg.is_memory_off(event.tenant, owner.key, event.session):
         return 0  # memory is off for this session: the turn is consumed, nothing is stored
     candidates = extract(event)
+    if deps.llm is not None and candidates:
+        candidates = llm_extract.complement(candidates, await deps.llm.candidates(event))
     await asyncio.gather(
         *(
             deps.publish(

@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field, SecretStr
+from pydantic import BaseModel, Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -19,6 +19,22 @@ class StageSettings(BaseModel):
     batch_size: int = Field(default=64, ge=1, le=1000)
     # ~13 minutes of an outage ride through retries before a message is dead-lettered
     retry_delays_s: list[float] = Field(default_factory=lambda: [1.0, 5.0, 30.0, 120.0, 300.0])
+    # An outage (a server away, consumers/outage.py) holds the message and retries it every
+    # 0.5-2 s without using a delivery, for up to this long; then one delivery is used.
+    outage_hold_s: float = Field(default=120.0, ge=0)
+
+
+class LlmSettings(BaseModel):
+    """An OpenAI-compatible chat-completions endpoint for the optional LLM extractor."""
+
+    base_url: str  # e.g. http://127.0.0.1:11434/v1 (POST {base_url}/chat/completions)
+    model: str
+    api_key: SecretStr | None = None
+    timeout_s: float = Field(default=10.0, gt=0, le=60)
+    max_candidates: int = Field(default=8, ge=1, le=32)
+    # after this many failures in a row the rules work alone for cooldown_s
+    failures_to_pause: int = Field(default=3, ge=1)
+    cooldown_s: float = Field(default=30.0, ge=0)
 
 
 class Settings(BaseSettings):
@@ -79,8 +95,30 @@ class Settings(BaseSettings):
     log_level: str = "INFO"
     ops_host: str = "127.0.0.1"
     ops_port: int | None = 9464  # /metrics and /healthz; None disables, 0 picks a free port
+    # Recall responder: requests waiting or running at once (more are answered `unavailable`
+    # at once), and the deadline of each (then `timeout`).
+    recall_max_pending: int = Field(default=1024, ge=1)
+    recall_deadline_s: float = Field(default=5.0, gt=0)
+    # Fault benchmark only (memstream bench faults): while this file exists, the vector index
+    # answers every call as unavailable. Qdrant Edge runs in-process, so nothing else can take
+    # it away and bring it back (see docs/topology.md).
+    fault_vector_offline_file: Path | None = None
+    # Typed memories come from the cue rules; "rules+llm" adds what an LLM finds
+    # (MEMSTREAM_LLM__*), the rules alone whenever the endpoint fails. docs/memory-model.md.
+    extractor: Literal["rules", "rules+llm"] = "rules"
+    llm: LlmSettings | None = None
+
     # the HTTP gateway (memstream gateway; memstream dev starts one): 0 picks a free port,
     # None keeps `memstream dev` from starting it
     gateway_host: str = "127.0.0.1"
     gateway_port: int | None = 8010
     gateway_flush_timeout_s: float = Field(default=30.0, gt=0)
+
+    @model_validator(mode="after")
+    def _llm_configured(self) -> Settings:
+        if self.extractor == "rules+llm" and self.llm is None:
+            raise ValueError(
+                "MEMSTREAM_EXTRACTOR=rules+llm needs MEMSTREAM_LLM__BASE_URL and "
+                "MEMSTREAM_LLM__MODEL"
+            )
+        return self

@@ -22,19 +22,11 @@ import asyncpg
 
 from memstream.schemas.errors import StorageUnavailable
 from memstream.schemas.memory import Candidate, MemoryRecord, MemoryType, Scope
+from memstream.storage.pgpool import OUTAGE, GuardedPool
 
 _MIGRATION_LOCK = 0x6D656D73  # "mems"
 _WORD = re.compile(r"[^\W_]+", re.UNICODE)
-_TRANSIENT = (
-    OSError,
-    asyncpg.exceptions.ConnectionDoesNotExistError,
-    asyncpg.exceptions.CannotConnectNowError,
-    asyncpg.exceptions.TooManyConnectionsError,
-    asyncpg.exceptions.InterfaceError,
-    asyncpg.exceptions.DeadlockDetectedError,  # concurrent merges of one memory: retry
-    asyncpg.exceptions.SerializationError,
-    TimeoutError,
-)
+_TRANSIENT = OUTAGE  # storage/pgpool.py says why each class is there
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,7 +153,7 @@ class PgStore:
     """Memories and their audit trail in one Postgres schema."""
 
     def __init__(self, pool: asyncpg.Pool, clock: Clock = utcnow) -> None:
-        self._pool = pool
+        self._pool = GuardedPool(pool)  # every use translates an outage, once
         self.clock = clock
 
     @classmethod
@@ -245,6 +237,10 @@ class PgStore:
             return list(await self._pool.fetch(sql, *args))
         except _TRANSIENT as exc:
             raise StorageUnavailable("postgres did not answer") from exc
+
+    async def ping(self) -> None:
+        """One round trip (health checks); raises StorageUnavailable when it fails."""
+        await self._fetch("SELECT 1")
 
     async def exists(self, tenant: str, memory_id: str) -> bool:
         rows = await self._fetch(

@@ -130,7 +130,8 @@ async def test_postgres_outage_dead_letters_then_replay_stores(  # type: ignore[
         nats_url=nats_url,
         namespace=namespace,
         state_dir=tmp_path,
-        stage=StageSettings(max_deliver=2, retry_delays_s=[0.1]),
+        # an outage is held and retried in place for outage_hold_s first: short here
+        stage=StageSettings(max_deliver=2, retry_delays_s=[0.1], outage_hold_s=0.3),
     )
     broken = await PgStore.connect(database_url, schema=namespace)
     await broken.close()

@@ -1,0 +1,234 @@
+"""Servers that go away and come back: what the worker's parts see, and that they recover.
+These tests start (and kill) their own servers: never the machine's."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections import Counter
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from pathlib import Path
+
+import nats
+import pytest
+
+from memstream.consumers.app import Worker
+from memstream.consumers.embedded import EmbeddedNats, EmbeddedPostgres
+from memstream.consumers.run import make_vector_index
+from memstream.consumers.topology import topology
+from memstream.pipeline.redact import Redactor
+from memstream.producers.client import MemoryClient
+from memstream.schemas.errors import StorageUnavailable
+from memstream.schemas.settings import Settings, StageSettings
+from memstream.schemas.subjects import Subjects
+from memstream.storage.ports import Embedder
+from memstream.storage.postgres import OwnerFilter, PgStore
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def own_postgres(tmp_path: Path) -> Iterator[EmbeddedPostgres]:
+    server = EmbeddedPostgres.start(tmp_path / "pg")
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+async def store(own_postgres: EmbeddedPostgres) -> AsyncIterator[PgStore]:
+    s = await PgStore.connect(own_postgres.dsn, schema="outage", min_size=8, max_size=8)
+    yield s
+    await s.close()
+
+
+async def _progress(count: Callable[[], int], more: int, seconds: float) -> None:
+    """Wait until ``count()`` grew by ``more`` (or ``seconds`` passed)."""
+    target = count() + more
+    for _ in range(int(seconds / 0.02)):
+        if count() >= target:
+            return
+        await asyncio.sleep(0.02)
+
+
+@pytest.mark.parametrize("mode", ["fast", "kill"])
+async def test_postgres_restart_surfaces_only_storage_unavailable(
+    own_postgres: EmbeddedPostgres, store: PgStore, mode: str
+) -> None:
+    """While Postgres is stopped (operator's fast stop, or SIGKILL of every process) and
+    started again under load, every store call either succeeds or raises StorageUnavailable
+    (never AdminShutdownError, a refused connection or asyncpg's 'another operation is in
+    progress'), and the store works again once the server is back."""
+    seen: Counter[str] = Counter()
+    ok = 0
+    stop = asyncio.Event()
+
+    async def load(i: int) -> None:
+        nonlocal ok
+        flt = OwnerFilter(tenant="t", user=f"u{i}")
+        while not stop.is_set():
+            try:
+                if i % 3 == 0:
+                    await store.count("t")  # pool.fetch
+                elif i % 3 == 1:
+                    await store.tombstone(flt, "00000000-0000-0000-0000-000000000001")  # tx
+                else:
+                    await store.record_event("t", None, "probe", f"{i}:{time.monotonic()}")
+                ok += 1
+            except Exception as exc:  # noqa: BLE001 - the test counts what leaks
+                seen[type(exc).__name__] += 1
+            await asyncio.sleep(0.002)
+
+    tasks = [asyncio.create_task(load(i)) for i in range(24)]
+    try:
+        for _ in range(2):
+            await _progress(lambda: ok, 200, 10)
+            await asyncio.to_thread(own_postgres.halt, mode)
+            await asyncio.sleep(0.5)  # down for a moment, as a crashed server is
+            await asyncio.to_thread(own_postgres.resume)
+        before = ok
+        await _progress(lambda: ok, 200, 20)
+    finally:
+        stop.set()
+        await asyncio.gather(*tasks)
+    assert set(seen) <= {StorageUnavailable.__name__}, seen
+    assert seen, "the restarts were not noticed: the test did not exercise an outage"
+    assert await store.count("t") >= 0  # answers again
+    assert ok >= before + 200, "the store did not recover after the restart"
+
+
+# --- a worker on servers of its own ----------------------------------------------------------
+
+
+@pytest.fixture
+def own_nats(tmp_path: Path) -> Iterator[EmbeddedNats]:
+    server = EmbeddedNats.start(tmp_path / "nats")
+    yield server
+    server.stop()
+
+
+async def _worker(settings: Settings, pg: PgStore, embedder: Embedder) -> Worker:
+    vectors = make_vector_index(settings)
+    await vectors.ensure(embedder.dim)
+    worker = Worker(settings, settings.nats_url or "", pg, vectors, embedder, Redactor(key=b"k"))
+    await worker.start()
+    return worker
+
+
+async def _until(predicate: Callable[[], Awaitable[bool]], seconds: float, what: str) -> float:
+    """Wait for ``predicate``; returns the seconds it took."""
+    started = time.monotonic()
+    while time.monotonic() - started < seconds:
+        with contextlib.suppress(Exception):  # a server may still be coming back
+            if await predicate():
+                return time.monotonic() - started
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"timed out after {seconds:.0f} s waiting for {what}")
+
+
+FACTS = [
+    "My sister Ana lives in Lisbon and teaches chemistry",
+    "The spare car key hangs on the hook behind the pantry door",
+    "I am allergic to penicillin since childhood",
+    "Our wifi router restarts itself every Sunday at three",
+    "The dentist appointment moved to the second of March",
+    "Grandma's lemon cake needs two spoons of poppy seeds",
+    "My bicycle has a flat rear tyre that needs patching",
+    "The quarterly tax filing is due before the fifteenth",
+    "Buster the beagle eats grain free salmon kibble",
+    "The blue folder with warranties sits in the attic trunk",
+]
+
+
+def _turn(i: int) -> list[tuple[str, str]]:
+    return [("user", FACTS[i % len(FACTS)])]
+
+
+async def test_nats_restart_does_not_wedge_ingest(
+    own_nats: EmbeddedNats, pg: PgStore, tmp_path: Path, embedder: Embedder
+) -> None:
+    """nats-server SIGKILLed and restarted mid-run (the memory-backed recall-cache bucket is
+    lost with it): the same worker, not restarted, stores the turns published afterwards
+    within seconds, the bucket exists again, and recall answers from a fresh cache."""
+    settings = Settings(
+        nats_url=own_nats.url,
+        namespace="mem",
+        state_dir=tmp_path / "state",
+        stage=StageSettings(max_deliver=3, ack_wait_s=10),
+    )
+    worker = await _worker(settings, pg, embedder)
+    flt = OwnerFilter(tenant="acme")
+    try:
+        async with MemoryClient("acme", user="lee", nats_url=own_nats.url) as mem:
+            for i in range(5):
+                await mem.publish_turn(_turn(i))
+            await _until(lambda: _count(pg, flt, 5), 30, "the first turns")
+            await mem.recall("where is the spare car key?")  # an entry in the cache bucket
+        await asyncio.to_thread(own_nats.halt)
+        await asyncio.sleep(1.0)
+        await asyncio.to_thread(own_nats.resume)
+        async with MemoryClient("acme", user="lee", nats_url=own_nats.url) as mem:
+            for i in range(5, 10):
+                await mem.publish_turn(_turn(i))
+            took = await _until(lambda: _count(pg, flt, 10), 60, "the turns after the restart")
+            assert took < 30, f"ingest stalled {took:.0f} s after the restart"
+            reply = await mem.recall("where are the warranties?")
+            assert not reply.cached and any("attic trunk" in h.text for h in reply.hits)
+        nc = await nats.connect(own_nats.url)
+        try:
+            await nc.jetstream().stream_info(f"KV_{Subjects('mem').stream('recall_cache')}")
+        finally:
+            await nc.close()
+    finally:
+        await worker.stop()
+
+
+async def _count(pg: PgStore, flt: OwnerFilter, n: int) -> bool:
+    return len(await pg.list_memories(flt)) >= n
+
+
+async def test_postgres_outage_is_retried_in_place_without_using_deliveries(
+    own_postgres: EmbeddedPostgres,
+    nats_url: str,
+    namespace: str,
+    tmp_path: Path,
+    embedder: Embedder,
+) -> None:
+    """A turn published while Postgres is down is stored within seconds of its return, with
+    no redelivery and no dead letter, though the retry schedule for other errors starts at
+    60 s and max_deliver is 2."""
+    store = await PgStore.connect(own_postgres.dsn, schema="outage")
+    settings = Settings(
+        nats_url=nats_url,
+        namespace=namespace,
+        state_dir=tmp_path / "state",
+        stage=StageSettings(max_deliver=2, ack_wait_s=5, retry_delays_s=[60.0]),
+    )
+    worker = await _worker(settings, store, embedder)
+    try:
+        await asyncio.to_thread(own_postgres.halt, "kill")
+        async with MemoryClient("acme", user="mo", nats_url=nats_url, namespace=namespace) as mem:
+            await mem.publish_turn(_turn(1))
+            await asyncio.sleep(8)  # longer than ack_wait: holding must renew it
+            await asyncio.to_thread(own_postgres.resume)
+            flt = OwnerFilter(tenant="acme", user="mo")
+            took = await _until(lambda: _count(store, flt, 1), 30, "the turn")
+            assert took < 10, f"stored {took:.0f} s after Postgres came back"
+        js = worker.deps.js
+        for stage, (stream, cfg) in topology(settings).consumers.items():
+            info = await js.consumer_info(stream, cfg.durable_name or "")
+            assert info.num_redelivered == 0, stage
+        assert (await js.stream_info(Subjects(namespace).stream("dlq"))).state.messages == 0
+        assert worker.deps.metrics["extract"].held > 0
+    finally:
+        await worker.stop()
+        await store.close()
+        await _drop_streams(nats_url, settings)
+
+
+async def _drop_streams(nats_url: str, settings: Settings) -> None:
+    nc = await nats.connect(nats_url)
+    for s in topology(settings).streams:
+        with contextlib.suppress(Exception):
+            await nc.jetstream().delete_stream(s.name or "")
+    await nc.close()
