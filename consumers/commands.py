@@ -8,6 +8,7 @@ record the operation in ``memory_events`` and publish it on ``mem.events.<tenant
 from __future__ import annotations
 
 import time
+import uuid
 from collections.abc import Awaitable, Callable
 from datetime import datetime
 from typing import Any
@@ -46,6 +47,24 @@ def owner_filter(c: Caller, session: str | None = None) -> OwnerFilter:
     return OwnerFilter(tenant=c.tenant, user=c.user, agent=c.agent, session=session)
 
 
+def _is_uuid(value: str) -> bool:
+    try:
+        uuid.UUID(value)
+    except ValueError:
+        return False
+    return True
+
+
+def _has_nul(value: Any) -> bool:
+    if isinstance(value, str):
+        return "\x00" in value
+    if isinstance(value, dict):
+        return any(_has_nul(k) or _has_nul(v) for k, v in value.items())
+    if isinstance(value, list | tuple):
+        return any(_has_nul(v) for v in value)
+    return False
+
+
 class CommandService:
     def __init__(self, deps: Deps, recall: RecallService, auth: Authenticator) -> None:
         self.deps, self.recall, self.auth = deps, recall, auth
@@ -80,6 +99,11 @@ class CommandService:
             refusal = "credentials cannot be checked right now"
         if refusal is not None:
             return error_reply(ErrorCode.UNAUTHORIZED, refusal)
+        if isinstance(req, IdRequest) and not _is_uuid(req.id):
+            return error_reply(ErrorCode.NOT_FOUND, "no such memory")  # memory ids are UUIDs
+        if _has_nul(req.model_dump(exclude={"api_key"})):
+            # Postgres text cannot hold NUL: refuse it here rather than fail in the store
+            return error_reply(ErrorCode.BAD_REQUEST, "text must not contain NUL characters")
         try:
             reply = await self.handlers[verb](req)
         except NotFound as exc:
