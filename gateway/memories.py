@@ -84,6 +84,7 @@ SEED_TYPE: dict[MemoryType, SeedType] = {
 }
 PROFILE_TYPES = frozenset(t for t, s in SEED_TYPE.items() if s == "profile")
 MAX_CANDIDATES = 100
+STAGE_LOOKBACK = 2000  # stream sequences below the extract floor searched for in-flight turns
 
 
 class _Caller(Body):
@@ -269,7 +270,7 @@ async def _scope(
         if len(out) >= want:
             break
     if session is not None:
-        out += await _unprocessed(mem, session, composed, req, {h.id for h in reply.hits})
+        out += await _unprocessed(mem, session, composed, {h.id for h in reply.hits})
     return out, list(reply.degraded), composed
 
 
@@ -277,7 +278,6 @@ async def _unprocessed(
     mem: MemoryClient,
     session: str,
     composed: dict[str, Any] | None,
-    req: SearchRequest,
     seen: set[str],
 ) -> list[SearchResult]:
     """The session's turns the pipeline has not turned into memories yet."""
@@ -285,7 +285,13 @@ async def _unprocessed(
     state = await progress(mem, owner, session)
     if state.done:
         return []
-    after = 0 if state.held_in_stages else state.extracted_through
+    # a turn above the extract floor is unprocessed; with candidates still in the stages, a
+    # recent turn below it may be too (the stages hold recent work: look a bounded way back)
+    after = (
+        max(0, state.extracted_through - STAGE_LOOKBACK)
+        if state.held_in_stages
+        else state.extracted_through
+    )
     turns = await turns_after(mem, owner, session, after, limit=MAX_CANDIDATES)
     if state.held_in_stages and turns:
         # past the extract floor the turn may be stored already: its memory names it
