@@ -61,7 +61,8 @@ async def test_low_salience_is_not_promoted(gateway, tenant) -> None:  # type: i
 
 
 async def test_index_down_reports_only_postgres(gateway, tenant, embedder) -> None:  # type: ignore[no-untyped-def]
-    """With the vector index unreachable, remember still succeeds with stored_in ["postgres"]."""
+    """With the vector index unreachable, remember still succeeds with stored_in ["postgres"]
+    and recall answers from Postgres, marked degraded."""
     key = await gateway.key(tenant)
     w = gateway.running.worker
     live = w.deps.vectors
@@ -77,6 +78,14 @@ async def test_index_down_reports_only_postgres(gateway, tenant, embedder) -> No
         r = await gateway.http.post("/api/v1/memory/remember", json=body, headers=auth(key))
         assert r.status_code == 201, r.text
         assert r.json()["stored_in"] == ["postgres"]
+        # recall degrades to Postgres full-text search instead of failing
+        r = await gateway.http.get(
+            "/api/v1/memory/recall",
+            params={"query": "invoices PDF", "client_id": "3"},
+            headers=auth(key),
+        )
+        assert r.status_code == 200 and r.json()["degraded"] == ["vector_index"], r.text
+        assert "PDF" in r.json()["results"][0]["content"]
     finally:
         w.vectors = w.deps.vectors = w.recall.vectors = w.commands.deps.vectors = live
         await down.close()
