@@ -149,6 +149,9 @@ class Worker:
             self.broker.subscriber(s.cmd(verb), queue=s.queue_group, ack_policy=AckPolicy.MANUAL)(
                 self._command_handler(verb)
             )
+        self.broker.subscriber(s.cmd("whoami"), queue=s.queue_group, ack_policy=AckPolicy.MANUAL)(
+            self._whoami_handler()
+        )
         await self.broker.start()
         self._reconciler = asyncio.create_task(self._reconcile_forever())
         log.info(
@@ -176,6 +179,12 @@ class Worker:
 
         handle.__name__ = f"cmd_{verb}"
         return handle
+
+    def _whoami_handler(self) -> Any:
+        async def cmd_whoami(msg: NatsMessage) -> bytes:
+            return await self.commands.whoami(msg.body)
+
+        return cmd_whoami
 
     async def _closed(self) -> None:
         if self._stopping:
@@ -220,7 +229,7 @@ class Worker:
             self.recall.failed += 1
             return error_reply(ErrorCode.BAD_REQUEST, f"invalid recall request: {describe(exc)}")
         try:
-            refusal = await self.auth.refuse(req.tenant, req.api_key)
+            refusal = await self.auth.refuse(req.tenant, req.api_key, req.user, req.agent)
         except MemstreamError:
             refusal = "credentials cannot be checked right now"
         if refusal is not None:

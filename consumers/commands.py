@@ -8,6 +8,7 @@ record the operation in ``memory_events`` and publish it on ``mem.events.<tenant
 from __future__ import annotations
 
 import time
+import uuid
 from collections.abc import Awaitable, Callable
 from datetime import datetime
 from typing import Any
@@ -34,6 +35,7 @@ from memstream.schemas.commands import (
     PendingReviewRequest,
     RememberRequest,
     SessionRequest,
+    WhoamiRequest,
 )
 from memstream.schemas.commands import CommandReply as Reply
 from memstream.schemas.errors import (
@@ -59,6 +61,24 @@ def read_filter(c: Caller) -> OwnerFilter:
     """The caller's own memories plus the shared ones (tenant ``global``, the caller's
     project's ``project``): what reads see."""
     return OwnerFilter(tenant=c.tenant, user=c.user, agent=c.agent, project=c.project, shared=True)
+
+
+def _is_uuid(value: str) -> bool:
+    try:
+        uuid.UUID(value)
+    except ValueError:
+        return False
+    return True
+
+
+def _has_nul(value: Any) -> bool:
+    if isinstance(value, str):
+        return "\x00" in value
+    if isinstance(value, dict):
+        return any(_has_nul(k) or _has_nul(v) for k, v in value.items())
+    if isinstance(value, list | tuple):
+        return any(_has_nul(v) for v in value)
+    return False
 
 
 class CommandService:
@@ -90,11 +110,16 @@ class CommandService:
         except ValidationError as exc:
             return error_reply(ErrorCode.BAD_REQUEST, f"invalid {verb} request: {describe(exc)}")
         try:
-            refusal = await self.auth.refuse(req.tenant, req.api_key)
+            refusal = await self.auth.refuse(req.tenant, req.api_key, req.user, req.agent)
         except MemstreamError:
             refusal = "credentials cannot be checked right now"
         if refusal is not None:
             return error_reply(ErrorCode.UNAUTHORIZED, refusal)
+        if isinstance(req, IdRequest) and not _is_uuid(req.id):
+            return error_reply(ErrorCode.NOT_FOUND, "no such memory")  # memory ids are UUIDs
+        if _has_nul(req.model_dump(exclude={"api_key"})):
+            # Postgres text cannot hold NUL: refuse it here rather than fail in the store
+            return error_reply(ErrorCode.BAD_REQUEST, "text must not contain NUL characters")
         try:
             reply = await self.handlers[verb](req)
         except NotFound as exc:
@@ -115,6 +140,22 @@ class CommandService:
             ms=round((time.perf_counter() - started) * 1000, 2),
         )
         return reply.model_dump_json().encode()
+
+    async def whoami(self, body: bytes) -> bytes:
+        """``mem.cmd.whoami``: the identity an API key is bound to (the gateway's key check).
+        The reply names tenant, user and agent, never the key."""
+        try:
+            req = WhoamiRequest.model_validate_json(body)
+        except ValidationError as exc:
+            return error_reply(ErrorCode.BAD_REQUEST, f"invalid whoami request: {describe(exc)}")
+        try:
+            ident = await self.auth.identity(req.api_key)
+        except MemstreamError:
+            return error_reply(ErrorCode.UNAVAILABLE, "credentials cannot be checked right now")
+        if ident is None:
+            return error_reply(ErrorCode.UNAUTHORIZED, "the api_key is not valid")
+        detail = {"tenant": ident.tenant, "user": ident.user, "agent": ident.agent}
+        return Reply(detail=detail).model_dump_json().encode()
 
     async def _emit(
         self,
@@ -183,11 +224,19 @@ class CommandService:
         inserted = await self.deps.pg.upsert(k.memory_id, k.content_hash, c)
         if c.pinned:
             await self.deps.pg.set_pinned(OwnerFilter(tenant=r.tenant), k.memory_id, True)
-        await self._index(k.memory_id, c)
+        try:
+            await self._index(k.memory_id, c)
+        except TransientError as exc:  # kept in Postgres (indexed: false); the reconciler retries
+            log.warning(
+                "remember.vector_deferred", memory_id=k.memory_id, reason=type(exc).__name__
+            )
         await self._emit(
             "stored" if inserted else "merged", r, k.memory_id, c.source_event_id, c.type
         )
-        return Reply(memory=await self.deps.pg.get(owner_filter(r), k.memory_id))
+        return Reply(
+            memory=await self.deps.pg.get(owner_filter(r), k.memory_id),
+            detail={"duplicate": not inserted},
+        )
 
     async def get(self, r: IdRequest) -> Reply:
         m = await self.deps.pg.get(read_filter(r), r.id)
@@ -375,12 +424,16 @@ class CommandService:
         """Read one named agent's memories; never counts as an access."""
         if not r.target_agent:
             raise NotFound("peer_query needs target_agent")
-        req = RecallRequest(tenant=r.tenant, agent=r.target_agent, query=r.query, top_k=r.top_k)
+        req = RecallRequest(
+            tenant=r.tenant, agent=r.target_agent, query=r.query, top_k=r.top_k, types=r.types
+        )
         flt = OwnerFilter(tenant=r.tenant, agent=r.target_agent, peer=True)
         return Reply(recall=await self.recall.recall(req, touch=False, owner=flt))
 
     async def peer_query_any(self, r: PeerQueryRequest) -> Reply:
         """Read every agent's memories except the caller's; never counts as an access."""
-        req = RecallRequest(tenant=r.tenant, agent=r.agent or "*", query=r.query, top_k=r.top_k)
+        req = RecallRequest(
+            tenant=r.tenant, agent=r.agent or "*", query=r.query, top_k=r.top_k, types=r.types
+        )
         flt = OwnerFilter(tenant=r.tenant, peer=True, exclude_agent=r.agent)
         return Reply(recall=await self.recall.recall(req, touch=False, owner=flt))

@@ -36,13 +36,14 @@ def record_of(m: MemoryRecord) -> dict[str, Any]:
     }
 
 
-def hit_of(record: Mapping[str, Any], score: float) -> Hit:
+def hit_of(record: Mapping[str, Any], score: float, calibrated: float | None = None) -> Hit:
     return Hit(
         id=record["id"],
         text=record["text"],
         type=record["type"],
         scope=record["scope"],
         score=round(score, 6),
+        calibrated=None if calibrated is None else round(calibrated, 6),
         session=record["session"],
         user=record.get("user"),
         agent=record.get("agent"),

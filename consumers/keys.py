@@ -1,4 +1,7 @@
-"""``memstream keys create|revoke``: tenant credentials (only their hashes are stored)."""
+"""``memstream keys create|revoke``: tenant credentials (only their hashes are stored).
+
+A key made with ``--user`` and/or ``--agent`` acts only as that owner; without them it is a
+tenant-wide key (a service key: its requests may name any owner of the tenant)."""
 
 from __future__ import annotations
 
@@ -24,8 +27,12 @@ async def _run(a: argparse.Namespace) -> int:
     pg = await PgStore.connect(database_url(Settings()))
     try:
         if a.action == "create":
-            key = await pg.create_api_key(a.tenant, a.name)
-            print(f"api key for tenant {a.tenant!r} (shown once, store it now):\n{key}")
+            key = await pg.create_api_key(a.tenant, a.name, a.user, a.agent)
+            bound = "".join(
+                f", {what} {who!r}" for what, who in (("user", a.user), ("agent", a.agent)) if who
+            )
+            # the key is the last line, alone, so scripts can take it with `tail -n1`
+            print(f"api key for tenant {a.tenant!r}{bound} (shown once, store it now):\n{key}")
             return 0
         if await pg.revoke_api_key(a.key):
             print("revoked")
@@ -42,6 +49,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     create = actions.add_parser("create", help="a new key for a tenant")
     create.add_argument("--tenant", required=True)
     create.add_argument("--name", default="")
+    create.add_argument("--user", default=None, help="bind the key to this user")
+    create.add_argument("--agent", default=None, help="bind the key to this agent")
     revoke = actions.add_parser("revoke", help="revoke a key")
     revoke.add_argument("key")
     keys.set_defaults(func=lambda a: asyncio.run(_run(a)))

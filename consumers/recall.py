@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 
 from memstream.consumers.indexing import hit_of, record_of
 from memstream.consumers.logs import log
-from memstream.pipeline.fuse import linear
+from memstream.pipeline.fuse import calibrated, linear
 from memstream.pipeline.lexical import query_vector
 from memstream.schemas.errors import (
     EmbedderFailed,
@@ -110,7 +110,9 @@ def tokens(text: str) -> int:
 
 
 def select(
-    ranked: Sequence[tuple[Mapping[str, Any], float]], req: RecallRequest
+    ranked: Sequence[tuple[Mapping[str, Any], float]],
+    req: RecallRequest,
+    absolute: Mapping[str, float] | None = None,
 ) -> tuple[list[Hit], bool]:
     """Threshold, collapse, pin, top_k and token budget, in that order.
 
@@ -136,7 +138,7 @@ def select(
             truncated = True
             break
         used += cost
-        hits.append(hit_of(record, score))
+        hits.append(hit_of(record, score, absolute.get(record["id"]) if absolute else None))
     return hits, truncated
 
 
@@ -177,6 +179,7 @@ class RecallService:
         scored: list[tuple[str, float]],
         vflt: VectorFilter,
         spent: dict[str, float] | None = None,
+        absolute: Mapping[str, float] | None = None,
     ) -> tuple[list[Hit], bool]:
         """``select`` over the best ids, their records read from the index in pages (legs
         search without payloads, which is several times faster): first ``top_k`` plus a small
@@ -199,7 +202,7 @@ class RecallService:
                     spent["fetch"] = spent.get("fetch", 0.0) + time.perf_counter() - started
                 ranked += [(r, s) for mid, s in head if (r := records.get(mid)) and owned(r)]
             pos += len(head)
-            hits, truncated = select(ranked, req)
+            hits, truncated = select(ranked, req, absolute)
             below = bool(head) and head[-1][1] < req.score_threshold  # the rest is lower
             if len(hits) >= req.limit or truncated or below or pos >= len(scored):
                 return hits, truncated
@@ -261,17 +264,23 @@ class RecallService:
             kw = await self._keyword(req, vflt, n, spent)
             top = kw[0][1] if kw else 1.0
             hits, truncated = await self._select_fetched(
-                req, [(m, s / top) for m, s in kw], vflt, spent
+                req,
+                [(m, s / top) for m, s in kw],
+                vflt,
+                spent,
+                calibrated({"keyword": kw}, WEIGHTS),
             )
         elif req.method is Method.HYBRID and len(answered) == 2:
             hits, truncated = await self._select_fetched(
-                req, linear(answered, WEIGHTS), vflt, spent
+                req, linear(answered, WEIGHTS), vflt, spent, calibrated(answered, WEIGHTS)
             )
         else:
             ((name, leg),) = answered.items()
             top = leg[0][1] if leg and name == "keyword" else 1.0
             scored = [(m, max(0.0, min(1.0, s / top))) for m, s in leg]
-            hits, truncated = await self._select_fetched(req, scored, vflt, spent)
+            hits, truncated = await self._select_fetched(
+                req, scored, vflt, spent, calibrated(answered, WEIGHTS)
+            )
         searched = time.perf_counter()
         if hits and touch:
             self._touch(req.tenant, [h.id for h in hits])

@@ -219,6 +219,7 @@ async def serve(settings: Settings, announce: bool, dev_key: bool = False) -> in
         if ops
         else "disabled"
     )
+    gateway = await _start_gateway(settings, stack.nats_url) if announce else None
     # before the announcement: a signal sent once it is out stops the worker cleanly
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -227,6 +228,8 @@ async def serve(settings: Settings, announce: bool, dev_key: bool = False) -> in
     # what clients on this host need to find the stack; never a credential (they come from
     # the MEMSTREAM_NATS_* variables, see docs/security.md)
     found = {"nats_url": display_url(stack.nats_url), "namespace": settings.namespace}
+    if gateway is not None:
+        found["gateway_url"] = gateway.url
     if not settings.database_url:  # the embedded database: loopback, no password
         found["database_url"] = stack.database_url
     write_stack(settings.state_dir, found)
@@ -239,6 +242,8 @@ async def serve(settings: Settings, announce: bool, dev_key: bool = False) -> in
             f"  Postgres  {_redact_dsn(stack.database_url)}\n"
             f"  Qdrant    {qdrant}\n"
             f"  metrics   {ops_url}\n"
+            f"  gateway   {gateway.url if gateway else 'disabled'}"
+            f"{'   (API docs: ' + gateway.url + '/docs)' if gateway else ''}\n"
             + (_bus_auth_hint(settings) if settings.embedded_bus_auth else _try_hint())
             + "Ctrl-C stops everything.",
             flush=True,
@@ -253,6 +258,8 @@ async def serve(settings: Settings, announce: bool, dev_key: bool = False) -> in
     print("stopping ...", flush=True)
     if ops is not None:
         ops.close()
+    if gateway is not None:
+        await gateway.stop()
     if code:
         with contextlib.suppress(Exception):  # the connections are gone: stop what can be
             await asyncio.wait_for(worker.stop(), 15)
@@ -283,6 +290,22 @@ def _bus_auth_hint(settings: Settings) -> str:
         "            MEMSTREAM_API_KEY=<key> memstream publish --tenant acme --nats-creds "
         "acme.creds --user alice 'I prefer green tea'\n"
     )
+
+
+async def _start_gateway(settings: Settings, nats_url: str) -> Any:
+    """The HTTP gateway next to the workers (``memstream dev``): on MEMSTREAM_GATEWAY_PORT,
+    or any free port if that one is taken; None when disabled or not installed."""
+    if settings.gateway_port is None:
+        return None
+    try:
+        from memstream.gateway.cli import start_gateway
+    except ImportError:  # installed without the gateway extra
+        log.warning("gateway.not_installed", hint="pip install 'memstream[gateway]'")
+        return None
+    try:
+        return await start_gateway(settings, nats_url, settings.gateway_host, settings.gateway_port)
+    except OSError:  # port taken (another stack on this host): take any free one
+        return await start_gateway(settings, nats_url, settings.gateway_host, 0)
 
 
 def _redact_dsn(dsn: str) -> str:

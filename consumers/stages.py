@@ -252,15 +252,21 @@ def _redact_candidate(deps: Deps, c: Candidate) -> Candidate:
     tenant = c.owner.tenant
     out = deps.redactor.redact(c.content, tenant=tenant)
     counts = dict(out.counts)
-    metadata: dict[str, Any] = {}
-    for k, v in c.metadata.items():
+
+    def scrub(v: Any) -> Any:
+        # metadata may be structured (seed 004's task_context): every string inside is redacted
         if isinstance(v, str):
             r = deps.redactor.redact(v, tenant=tenant)
             for label, n in r.counts.items():
                 counts[label] = counts.get(label, 0) + n
-            metadata[k] = r.text
-        else:
-            metadata[k] = v
+            return r.text
+        if isinstance(v, list):
+            return [scrub(x) for x in v]
+        if isinstance(v, dict):
+            return {k: scrub(x) for k, x in v.items()}
+        return v
+
+    metadata: dict[str, Any] = {k: scrub(v) for k, v in c.metadata.items()}
     return c.model_copy(
         update={"content": out.text, "metadata": metadata, "redactions": counts, "redacted": True}
     )

@@ -22,6 +22,7 @@ Exceptions::
 from __future__ import annotations
 
 import asyncio
+import copy
 import json
 import os
 import threading
@@ -146,6 +147,7 @@ class MemoryClient:
         self._api_key = api_key or os.environ.get("MEMSTREAM_API_KEY")
         self._nc: Any = None
         self._js: Any = None
+        self._root: MemoryClient | None = None  # set on scoped copies: whose connection
         self._pending: set[asyncio.Task[Any]] = set()
         self.publish_failures = 0
 
@@ -153,6 +155,9 @@ class MemoryClient:
         """Connect once (concurrent callers share the attempt). A server that cannot be
         reached fails within ``connect_timeout`` with ``MemoryClientError``: it never hangs the
         agent. Once connected, the client reconnects on its own."""
+        if self._root is not None:
+            await self._shared()
+            return self
         async with self._connecting:
             if self._nc is None:
                 try:
@@ -172,11 +177,71 @@ class MemoryClient:
                 self._nc, self._js = nc, nc.jetstream()
         return self
 
+    def scoped(
+        self,
+        tenant: str,
+        *,
+        user: str | None = None,
+        agent: str | None = None,
+        api_key: str | None = None,
+    ) -> MemoryClient:
+        """A client for another caller that shares this one's connection (a gateway serves
+        many tenants and owners over one NATS connection). Close only the original."""
+        other = copy.copy(self)
+        other.tenant, other.user, other.agent = tenant, user, agent
+        other._api_key = api_key
+        other._pending = set()
+        other._root = self._root or self
+        return other
+
+    async def _shared(self) -> None:
+        """Connect the original client and take over its connection."""
+        root = self._root
+        if root is not None:
+            await root.connect()
+            self._nc, self._js = root._nc, root._js
+
+    async def jetstream(self) -> Any:
+        """The connection's JetStream context (for progress and pending-turn reads)."""
+        await self.connect()
+        return self._js
+
+    async def whoami(self, api_key: str) -> dict[str, str | None]:
+        """The identity an API key is bound to: ``{"tenant", "user", "agent"}``; raises
+        ``CommandError`` (code ``unauthorized`` for a key that is not valid)."""
+        payload = json.dumps({"schema_version": 1, "api_key": api_key}).encode()
+        data = await self._request(
+            self.subjects.cmd("whoami"), payload, self.command_timeout, CommandError
+        )
+        try:
+            body = json.loads(data)
+            if body.get("ok") is False:
+                err = ErrorReply.model_validate(body).error
+                raise CommandError(err.code, err.message)
+            detail = CommandReply.model_validate(body).detail
+            return {
+                k: (str(detail[k]) if detail.get(k) else None) for k in ("tenant", "user", "agent")
+            }
+        except (ValueError, AttributeError, ValidationError, KeyError):
+            raise CommandError(ErrorCode.INTERNAL, "the reply could not be read") from None
+
+    async def flush(self, session: str = "default", within_s: float = 30.0) -> bool:
+        """Wait until every turn this client's owner published to ``session`` so far is
+        processed and recallable (the pipeline is asynchronous: recall right after a publish
+        may not see it yet). True when done, False when ``within_s`` seconds passed first."""
+        from memstream.producers.progress import wait_processed
+
+        return (await wait_processed(self, session, within_s=within_s)).done
+
     async def _on_error(self, exc: Exception) -> None:
         """Connection errors are counted, not printed: the agent's output stays its own."""
         self.connection_errors += 1
 
     async def close(self) -> None:
+        if self._root is not None:  # a scoped copy: the connection is the original's
+            if self._pending:
+                await asyncio.gather(*self._pending, return_exceptions=True)
+            return
         if self._pending:
             await asyncio.gather(*self._pending, return_exceptions=True)
         if self._nc is not None:

@@ -100,6 +100,17 @@ class PeerQueryRequest(Caller):
     query: Annotated[Text, Field(min_length=1, max_length=10_000)]
     target_agent: OptIdent = None
     top_k: Annotated[int, Field(ge=1, le=100)] = 10
+    types: list[MemoryType] = Field(default_factory=list)
+
+
+class WhoamiRequest(BaseModel):
+    """``mem.cmd.whoami``: which tenant and owner an API key is bound to (no owner needed:
+    resolving it is the point). Not in ``VERBS``: it has no caller to scope."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    schema_version: Literal[1] = 1
+    api_key: Annotated[str, Field(min_length=1, max_length=200, repr=False)]
 
 
 class CommandReply(BaseModel):

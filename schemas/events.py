@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import uuid
 from datetime import UTC, datetime
 from enum import StrEnum
@@ -12,6 +13,7 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    JsonValue,
     StringConstraints,
     field_validator,
 )
@@ -37,12 +39,35 @@ def without_nul(text: str) -> str:
 
 # Free text (contents, queries, metadata values): normalised, never refused for a NUL.
 Text = Annotated[str, AfterValidator(without_nul)]
-MetaValue = Text | int | float | bool | None
+
+
+def _json_without_nul(value: JsonValue) -> JsonValue:
+    """A JSON value with NUL removed from every string in it, keys included."""
+    if isinstance(value, str):
+        return without_nul(value)
+    if isinstance(value, list):
+        return [_json_without_nul(v) for v in value]
+    if isinstance(value, dict):
+        return {without_nul(k): _json_without_nul(v) for k, v in value.items()}
+    return value
+
+
+# Metadata values are JSON: structured values such as seed 004's task_context are allowed, and
+# the redact stage redacts every string inside them.
+MetaValue = Annotated[JsonValue, AfterValidator(_json_without_nul)]
+MAX_METADATA_CHARS = 16_000
+
+
+def _bounded(value: dict[str, JsonValue]) -> dict[str, JsonValue]:
+    if len(json.dumps(value, default=str)) > MAX_METADATA_CHARS:
+        raise ValueError(f"metadata is over {MAX_METADATA_CHARS:,} characters as JSON")
+    return value
+
+
 # Metadata as it comes in: every candidate of a turn carries a copy, and the redact stage
-# scans each string, so it is bounded (64 keys of at most 4,000 characters); stored records
+# scans each string, so it is bounded (64 keys, 16,000 characters as JSON); stored records
 # are read back as ``dict[str, MetaValue]``, unbounded.
-MetaText = Annotated[Text, StringConstraints(max_length=4_000)]
-Metadata = Annotated[dict[MetaKey, MetaText | int | float | bool | None], Field(max_length=64)]
+Metadata = Annotated[dict[MetaKey, MetaValue], Field(max_length=64), AfterValidator(_bounded)]
 # A tenant credential: never shown in a repr, a log line or a reply.
 ApiKey = Annotated[str | None, Field(default=None, repr=False, max_length=200)]
 
@@ -68,7 +93,7 @@ class Message(BaseModel):
     timestamp: datetime | None = None
     sender: OptIdent = None
     # An assistant message that only calls tools, or an intermediate (non-final) one.
-    tool_calls: list[dict[str, MetaValue | dict[str, MetaValue]]] = Field(default_factory=list)
+    tool_calls: list[dict[str, JsonValue]] = Field(default_factory=list)
     final: bool = True
 
 

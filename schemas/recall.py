@@ -79,7 +79,10 @@ class Hit(BaseModel):
     text: str
     type: MemoryType
     scope: Scope
-    score: float
+    score: float  # the fused score: min-max normalised per query, for ranking
+    # an absolute relevance in 0..1 that means the same across queries (a threshold can cut
+    # on it; pipeline/fuse.py `calibrated`); None when the reply came from a fallback
+    calibrated: float | None = None
     session: str
     user: str | None = None
     agent: str | None = None

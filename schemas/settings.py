@@ -111,6 +111,12 @@ class Settings(BaseSettings):
     extractor: Literal["rules", "rules+llm"] = "rules"
     llm: LlmSettings | None = None
 
+    # the HTTP gateway (memstream gateway; memstream dev starts one): 0 picks a free port,
+    # None keeps `memstream dev` from starting it
+    gateway_host: str = "127.0.0.1"
+    gateway_port: int | None = 8010
+    gateway_flush_timeout_s: float = Field(default=30.0, gt=0)
+
     @model_validator(mode="after")
     def _llm_configured(self) -> Settings:
         if self.extractor == "rules+llm" and self.llm is None:

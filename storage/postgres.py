@@ -914,16 +914,33 @@ class PgStore:
 
     # --- tenant credentials ----------------------------------------------------------------
 
-    async def create_api_key(self, tenant: str, name: str = "") -> str:
-        """A new key for ``tenant``; only its hash is stored, the key is returned once."""
+    async def create_api_key(
+        self, tenant: str, name: str = "", user: str | None = None, agent: str | None = None
+    ) -> str:
+        """A new key for ``tenant`` (bound to ``user`` and/or ``agent`` when given); only its
+        hash is stored, the key is returned once."""
         key = "msk_" + secrets.token_urlsafe(32)
         await self._fetch(
-            "INSERT INTO api_keys (key_hash, tenant, name) VALUES ($1, $2, $3)",
+            "INSERT INTO api_keys (key_hash, tenant, name, owner_user, owner_agent) "
+            "VALUES ($1, $2, $3, $4, $5)",
             hash_key(key),
             tenant,
             name,
+            user,
+            agent,
         )
         return key
+
+    async def identity_of_key(self, key: str) -> tuple[str, str | None, str | None] | None:
+        """(tenant, user, agent) a live key is bound to (user/agent None: any), or None."""
+        rows = await self._fetch(
+            "SELECT tenant, owner_user, owner_agent FROM api_keys "
+            "WHERE key_hash = $1 AND revoked_at IS NULL",
+            hash_key(key),
+        )
+        if not rows:
+            return None
+        return str(rows[0]["tenant"]), rows[0]["owner_user"], rows[0]["owner_agent"]
 
     async def revoke_api_key(self, key: str) -> bool:
         rows = await self._fetch(

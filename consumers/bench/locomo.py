@@ -152,6 +152,8 @@ async def run(path: Path, concurrency: int, method: str) -> dict[str, Any]:
 
         latencies: list[float] = []
         ranked: list[list[str]] = [[] for _ in questions]
+        # calibrated scores of the hits that are evidence of their question and of the others
+        calibrated: dict[str, list[float]] = {"evidence": [], "other": []}
         qsem = asyncio.Semaphore(concurrency)
         qstart = time.perf_counter()
         answered = 0
@@ -168,6 +170,11 @@ async def run(path: Path, concurrency: int, method: str) -> dict[str, Any]:
                 for eid in h.source_event_ids
                 if eid.startswith(f"{q.conv}:")
             ]
+            for h in reply.hits:
+                if h.calibrated is None:
+                    continue
+                dias = {e.split(":", 1)[1] for e in h.source_event_ids if ":" in e}
+                calibrated["evidence" if dias & q.evidence else "other"].append(h.calibrated)
             answered += 1
             if answered % 100 == 0 or answered == len(questions):
                 progress("questions", answered, len(questions), qstart)
@@ -189,7 +196,27 @@ async def run(path: Path, concurrency: int, method: str) -> dict[str, Any]:
         "turns": len(turns),
         "ingest_s": round(ingest_s, 2),
         "method": method,
+        "calibrated": calibration(calibrated),
     }
+
+
+RADII = (0.1, 0.2, 0.3, 0.4, 0.5)
+
+
+def calibration(scores: dict[str, list[float]]) -> dict[str, Any]:
+    """Quantiles of the calibrated score of evidence hits and other hits, and the share of
+    each a radius (an absolute threshold) keeps."""
+    out: dict[str, Any] = {}
+    for kind, xs in scores.items():
+        out[kind] = {
+            "hits": len(xs),
+            **{f"p{q}": round(percentile(xs, q), 3) if xs else None for q in (10, 50, 90)},
+            "kept_by_radius": {
+                str(r): round(100 * sum(x >= r for x in xs) / len(xs), 1) if xs else None
+                for r in RADII
+            },
+        }
+    return out
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -220,6 +247,12 @@ def main(args: argparse.Namespace) -> int:
         f"p99 {lat['p99']:.2f} ms; ingestion {result['ingest_s']:.1f} s for "
         f"{result['turns']} turns"
     )
+    for kind, c in result["calibrated"].items():
+        kept = ", ".join(f">= {r}: {v}%" for r, v in c["kept_by_radius"].items())
+        print(
+            f"calibrated score of {kind} hits ({c['hits']}): p10 {c['p10']}, p50 {c['p50']}, "
+            f"p90 {c['p90']}; kept by radius {kept}"
+        )
     if args.json:
         print(json.dumps(result))
     return 0

@@ -1,5 +1,6 @@
-"""`memstream dev` as a process: it starts its own stack, applies the host settings it is
-given (memory locking, the CPU wake-up latency), and stops cleanly on SIGTERM."""
+"""`memstream dev` as a process: it starts its own stack and the HTTP gateway, applies the
+host settings it is given (memory locking, the CPU wake-up latency), and stops cleanly on
+SIGTERM."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import signal
 import subprocess
 import sys
 import threading
+import urllib.request
 from pathlib import Path
 from typing import IO, Any
 
@@ -52,6 +54,7 @@ def test_dev_applies_host_settings_and_stops_cleanly(tmp_path: Path) -> None:
         **{k: v for k, v in os.environ.items() if not k.startswith("MEMSTREAM_")},
         "MEMSTREAM_STATE_DIR": str(tmp_path / "state"),
         "MEMSTREAM_OPS_PORT": "0",
+        "MEMSTREAM_GATEWAY_PORT": "0",
         "MEMSTREAM_LOCK_MEMORY": "true",
         "MEMSTREAM_CPU_LATENCY_US": "0",
     }
@@ -71,6 +74,10 @@ def test_dev_applies_host_settings_and_stops_cleanly(tmp_path: Path) -> None:
         events = _events(lines, 2, timeout_s=120)
         while "Ctrl-C stops everything." not in said.get(timeout=120):
             pass  # the announcement: the worker is serving
+        # dev also serves the HTTP gateway and records where
+        gateway = json.loads((tmp_path / "state" / "stack.json").read_text())["gateway_url"]
+        with urllib.request.urlopen(f"{gateway}/healthz", timeout=30) as health:
+            assert json.loads(health.read())["status"] == "ok"
         may_lock = memlock._can_ipc_lock() or (
             resource.getrlimit(resource.RLIMIT_MEMLOCK)[0] == resource.RLIM_INFINITY
         )

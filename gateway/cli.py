@@ -1,0 +1,86 @@
+"""``memstream gateway``: serve the HTTP gateway against configured services; and the
+in-process server ``memstream dev`` starts next to its workers."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import signal
+import socket
+from typing import Any
+
+from memstream.producers.client import discover_nats_url
+from memstream.schemas.settings import Settings
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """A listening socket (port 0: any free one), bound before the server starts so the URL
+    printed is the one served."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    sock.listen(2048)
+    sock.setblocking(False)
+    return sock
+
+
+class RunningGateway:
+    """A uvicorn server on the caller's event loop (no signal handlers of its own)."""
+
+    def __init__(self, server: Any, sock: socket.socket, host: str) -> None:
+        self.server, self.sock = server, sock
+        self.port = int(sock.getsockname()[1])
+        shown = f"[{host}]" if ":" in host else host
+        self.url = f"http://{shown}:{self.port}"
+
+    async def stop(self) -> None:
+        self.server.should_exit = True
+        await self.server.shutdown(sockets=[self.sock])
+        with contextlib.suppress(OSError):
+            self.sock.close()
+
+
+async def start_gateway(
+    settings: Settings, nats_url: str | None, host: str, port: int
+) -> RunningGateway:
+    """Start serving; returns once the socket accepts connections."""
+    import uvicorn
+
+    from memstream.gateway.app import GatewayConfig, create_app
+
+    app = create_app(GatewayConfig.from_settings(settings, nats_url))
+    config = uvicorn.Config(
+        app, log_level="warning", access_log=False, lifespan="on", timeout_graceful_shutdown=5
+    )
+    server = uvicorn.Server(config)
+    sock = bind(host, port)
+    config.load()
+    server.lifespan = config.lifespan_class(config)
+    await server.startup(sockets=[sock])
+    return RunningGateway(server, sock, host)
+
+
+async def _serve(a: argparse.Namespace) -> int:
+    settings = Settings()
+    host = a.host or settings.gateway_host
+    port = a.port if a.port is not None else (settings.gateway_port or 0)
+    nats_url = settings.nats_url or discover_nats_url(a.state_dir or settings.state_dir)
+    running = await start_gateway(settings, nats_url, host, port)
+    print(f"memstream gateway on {running.url}  (docs: {running.url}/docs)", flush=True)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    await running.stop()
+    return 0
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser("gateway", help="serve the HTTP gateway (the seeds' routes) over NATS")
+    p.add_argument("--host", default=None, help="default: MEMSTREAM_GATEWAY_HOST or 127.0.0.1")
+    p.add_argument("--port", type=int, default=None, help="default: MEMSTREAM_GATEWAY_PORT or 8010")
+    p.add_argument("--state-dir", default=None, help="where `memstream dev` wrote stack.json")
+    p.set_defaults(func=lambda a: asyncio.run(_serve(a)))

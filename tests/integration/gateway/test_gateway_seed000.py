@@ -1,0 +1,223 @@
+"""Seed 000: /memories/add, /memories/flush, /memories/search over real HTTP."""
+
+from __future__ import annotations
+
+import pytest
+
+pytestmark = pytest.mark.integration
+
+
+async def test_add_flush_search_returns_the_turn(gateway, tenant) -> None:  # type: ignore[no-untyped-def]
+    """A turn added, then flushed, is found by search with seed 000's result fields."""
+    key = await gateway.key(tenant, user="alice")
+    r = await gateway.add(key, "alice", "c1", "I always drink oolong tea in the morning")
+    assert r.status_code == 202, r.text
+    assert r.json()["status"] == "accepted"
+    f = await gateway.flush(key, "alice", "c1")
+    assert f.status_code == 200 and f.json()["status"] == "flushed", f.text
+    s = await gateway.search(
+        key, "alice", "what tea does alice drink?", conversation_id="c1", scope=["current_chat"]
+    )
+    assert s.status_code == 200, s.text
+    results = s.json()["results"]
+    assert results and "oolong" in results[0]["text"]
+    first = results[0]
+    assert first["source_scope"] == "current_chat" and first["session_id"] == "chat:c1"
+    assert first["memory_type"] == "episode" and 0 <= first["score"] <= 1
+
+
+BEAVER = {"app_id": "default", "project_id": "default"}
+
+
+async def test_beaver_payloads_round_trip(gateway, tenant) -> None:  # type: ignore[no-untyped-def]
+    """Seed 000's exact payloads: add the user prompt and the final answer, flush once, then
+    search with scope current_chat+resources and top_k 8; results carry the fields Beaver
+    keeps (id, session_id, text, score, source_scope, resource_uri)."""
+    key = await gateway.key(tenant, user="gateway_test_user")
+    add = {
+        "user_id": "gateway_test_user",
+        "user_key": key,
+        "session_id": "chat:s-42",
+        **BEAVER,
+        "messages": [
+            {
+                "sender_id": "gateway_test_user",
+                "role": "user",
+                "timestamp": 1780000000000,
+                "content": "Our staging database is called heron-db",
+            },
+            {
+                "sender_id": "beaver",
+                "role": "assistant",
+                "timestamp": 1780000001000,
+                "content": "Noted: staging runs on heron-db.",
+            },
+        ],
+    }
+    r = await gateway.http.post("/memories/add", json=add)
+    assert r.status_code == 202, r.text
+    flush = {k: add[k] for k in ("user_id", "user_key", "session_id", "app_id", "project_id")}
+    r = await gateway.http.post("/memories/flush", json=flush)
+    assert r.status_code == 200 and r.json()["status"] == "flushed"
+    search = {
+        "user_id": "gateway_test_user",
+        "user_key": key,
+        "conversation_id": "s-42",
+        "query": "what is the staging database called?",
+        "scope": ["current_chat", "resources"],
+        "top_k": 8,
+        **BEAVER,
+    }
+    r = await gateway.http.post("/memories/search", json=search)
+    assert r.status_code == 200, r.text
+    results = r.json()["results"]
+    assert results and "heron-db" in results[0]["text"]
+    assert "beaver: Noted" in results[0]["text"]  # the final answer is part of the turn
+    for res in results:
+        assert {"id", "session_id", "text", "score", "source_scope", "resource_uri"} <= set(res)
+        assert res["source_scope"] in ("current_chat", "resources")
+
+
+async def test_retried_add_creates_one_memory(gateway, tenant) -> None:  # type: ignore[no-untyped-def]
+    """The same add sent twice (a retry) is one turn and one memory; an Idempotency-Key makes
+    a retry with a different timestamp one turn too."""
+    key = await gateway.key(tenant, user="u")
+    first = await gateway.add(key, "u", "r1", "the locker code is kept by facilities")
+    again = await gateway.add(key, "u", "r1", "the locker code is kept by facilities")
+    assert first.json()["event_id"] == again.json()["event_id"] and again.json()["duplicate"]
+    h = {"Idempotency-Key": "turn-7"}
+    msg = {"sender_id": "u", "role": "user", "content": "badge renewals happen in March"}
+    body = {"user_id": "u", "user_key": key, "session_id": "chat:r1"}
+    a = await gateway.http.post(
+        "/memories/add", json={**body, "messages": [{**msg, "timestamp": 1}]}, headers=h
+    )
+    b = await gateway.http.post(
+        "/memories/add", json={**body, "messages": [{**msg, "timestamp": 2}]}, headers=h
+    )
+    assert a.status_code == b.status_code == 202 and b.json()["duplicate"] is True
+    assert (await gateway.flush(key, "u", "r1")).json()["status"] == "flushed"
+    r = await gateway.search(key, "u", "locker code badge renewals", top_k=-1)
+    episodes = [x for x in r.json()["results"] if x["memory_type"] == "episode"]
+    assert len(episodes) == 2, episodes
+
+
+async def test_empty_search_and_missing_turns(gateway, tenant) -> None:  # type: ignore[no-untyped-def]
+    """A search that finds nothing is 200 with an empty list; a flush of a session with no
+    turns returns flushed at once."""
+    key = await gateway.key(tenant, user="u")
+    r = await gateway.search(
+        key, "u", "anything at all", conversation_id="none", scope=["current_chat"]
+    )
+    assert r.status_code == 200 and r.json()["results"] == []
+    r = await gateway.flush(key, "u", "none")
+    assert r.status_code == 200 and r.json()["status"] == "flushed"
+
+
+@pytest.mark.parametrize(
+    ("change", "where"),
+    [
+        ({"scope": []}, "scope"),
+        ({"scope": ["everything"]}, "scope"),
+        ({"scope": ["resources", "resources"]}, "twice"),
+        ({"top_k": 0}, "top_k"),
+        ({"top_k": 101}, "top_k"),
+        ({"top_k": -2}, "top_k"),
+        ({"query": ""}, "query"),
+        ({"scope": ["current_chat"], "conversation_id": None}, "conversation_id"),
+        ({"user_id": ""}, "user_id"),
+        ({"unknown_field": 1}, "unknown_field"),
+    ],
+)
+async def test_search_validation(gateway, tenant, change, where) -> None:  # type: ignore[no-untyped-def]
+    """Empty/unknown/repeated scopes, top_k outside -1|1..100, empty query, current_chat
+    without a conversation, empty user_id, unknown fields: 422 naming the field."""
+    key = await gateway.key(tenant, user="u")
+    body = {"user_id": "u", "user_key": key, "query": "q", "conversation_id": "c", **change}
+    body = {k: v for k, v in body.items() if v is not None}
+    r = await gateway.http.post("/memories/search", json=body)
+    assert r.status_code == 422, r.text
+    assert r.json()["code"] == "validation_error" and where in r.json()["message"]
+    assert key not in r.text
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"session_id": "s1"},
+        {"messages": []},
+        {"messages": [{"sender_id": "u", "role": "user", "timestamp": 0, "content": "x"}]},
+        {"messages": [{"sender_id": "u", "role": "robot", "timestamp": 1, "content": "x"}]},
+        {
+            "messages": [
+                {"sender_id": "u", "role": "user", "timestamp": 5, "content": "x"},
+                {"sender_id": "a", "role": "assistant", "timestamp": 4, "content": "y"},
+            ]
+        },
+    ],
+)
+async def test_add_validation(gateway, tenant, change) -> None:  # type: ignore[no-untyped-def]
+    """session_id must be chat:<id>; messages non-empty with positive, non-decreasing ms
+    timestamps and a known role: else 422."""
+    key = await gateway.key(tenant, user="u")
+    body = {
+        "user_id": "u",
+        "user_key": key,
+        "session_id": "chat:s1",
+        "messages": [{"sender_id": "u", "role": "user", "timestamp": 1, "content": "x"}],
+        **change,
+    }
+    r = await gateway.http.post("/memories/add", json=body)
+    assert r.status_code == 422, r.text
+    assert set(r.json()) == {"code", "message"}
+
+
+async def test_malformed_json_is_422(gateway) -> None:  # type: ignore[no-untyped-def]
+    """A body that is not JSON gets the JSON error shape, not a crash."""
+    for path in ("/memories/search", "/memories/add", "/memories/flush"):
+        r = await gateway.http.post(
+            path, content=b"{not json", headers={"Content-Type": "application/json"}
+        )
+        assert r.status_code == 422 and r.json()["code"] == "validation_error"
+
+
+async def test_unprocessed_turns_and_pending_flush(gateway, tenant) -> None:  # type: ignore[no-untyped-def]
+    """With the stages stopped, an added turn is returned by current_chat search as
+    unprocessed_message, and flush times out with 202 saying what is pending."""
+    key = await gateway.key(tenant, user="u")
+    warm = await gateway.search(key, "u", "warm the key cache")  # resolves the key first
+    assert warm.status_code == 200
+    await gateway.running.worker.broker.stop()  # stages and commands stop; recall stays up
+    r = await gateway.add(key, "u", "p1", "the printer on floor 3 jams on A3 paper")
+    assert r.status_code == 202
+    s = await gateway.search(
+        key, "u", "printer", conversation_id="p1", scope=["current_chat", "all_user_memory"]
+    )
+    assert s.status_code == 200, s.text
+    res = s.json()["results"]
+    assert [x["memory_type"] for x in res] == ["unprocessed_message"]
+    assert "A3 paper" in res[0]["text"] and res[0]["score"] is None
+    f = await gateway.flush(key, "u", "p1", timeout_s=0.5)
+    assert f.status_code == 202, f.text
+    assert f.json()["status"] == "pending"
+    assert f.json()["pending"]["turns_waiting_for_extract"] is True
+
+
+async def test_oversized_turns_are_413(gateway, tenant) -> None:  # type: ignore[no-untyped-def]
+    """A turn larger than a NATS message is 413 `too_large`, and so is a body over 8 MiB:
+    never a 5xx."""
+    key = await gateway.key(tenant, user="u")
+    r = await gateway.add(key, "u", "big", "x" * 600_000, "y" * 600_000)
+    assert r.status_code == 413 and r.json()["code"] == "too_large", r.text
+    r = await gateway.http.post(
+        "/memories/add",
+        content=b"{" + b" " * (9 * 1024 * 1024) + b"}",
+        headers={"Content-Type": "application/json"},
+    )
+    assert r.status_code == 413 and r.json()["code"] == "too_large"
+
+
+async def test_agent_id_does_not_lift_the_user_binding(gateway, tenant) -> None:  # type: ignore[no-untyped-def]
+    """With agent_id, a key bound to alice still cannot name user bob (403)."""
+    key = await gateway.key(tenant, user="alice")
+    r = await gateway.search(key, "bob", "q", agent_id="helper")
+    assert r.status_code == 403 and r.json()["code"] == "forbidden"

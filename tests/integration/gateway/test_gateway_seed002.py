@@ -1,0 +1,213 @@
+"""Seed 002: /api/v1/memory/* over real HTTP with Bearer keys."""
+
+from __future__ import annotations
+
+import socket
+from datetime import datetime, timedelta
+
+import pytest
+
+from memstream.storage.qdrant_server import ServerVectorIndex
+
+pytestmark = pytest.mark.integration
+
+
+def auth(key: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {key}"}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+async def test_remember_high_salience_is_stored_everywhere_and_promoted(gateway, tenant) -> None:  # type: ignore[no-untyped-def]
+    """salience >= 0.7: 201, memory_id, stored_in postgres+qdrant, and a fact; recall finds
+    both with source memory and fact, similarity_score, created_at; the repeat is cached."""
+    key = await gateway.key(tenant)  # a tenant-wide service key serves every client_id
+    body = {
+        "content": "Client prefers meetings after 2pm on Tuesdays",
+        "client_id": 1,
+        "memory_type": "event",
+        "memory_scope": "user",
+        "salience_hint": 0.8,
+        "metadata": {"channel": "email"},
+    }
+    r = await gateway.http.post("/api/v1/memory/remember", json=body, headers=auth(key))
+    assert r.status_code == 201, r.text
+    out = r.json()
+    assert out["memory_id"] and out["stored_in"] == ["postgres", "qdrant"] and out["fact_id"]
+    params = {"query": "scheduling preferences meetings", "client_id": "1", "k": 10}
+    r = await gateway.http.get("/api/v1/memory/recall", params=params, headers=auth(key))
+    assert r.status_code == 200, r.text
+    rec = r.json()
+    assert rec["result_count"] == len(rec["results"]) >= 2 and rec["cached"] is False
+    assert {x["source"] for x in rec["results"]} == {"memory", "fact"}
+    for x in rec["results"]:
+        assert 0 <= x["similarity_score"] <= 1 and datetime.fromisoformat(x["created_at"])
+    ranked = [x["similarity_score"] for x in rec["results"]]
+    assert ranked == sorted(ranked, reverse=True)
+    r = await gateway.http.get("/api/v1/memory/recall", params=params, headers=auth(key))
+    assert r.json()["cached"] is True and r.json()["results"] == rec["results"]
+
+
+async def test_low_salience_is_not_promoted(gateway, tenant) -> None:  # type: ignore[no-untyped-def]
+    """salience 0.5: stored, no fact."""
+    key = await gateway.key(tenant, user="7")
+    body = {"content": "Client mentioned the office plants", "client_id": 7, "salience_hint": 0.5}
+    r = await gateway.http.post("/api/v1/memory/remember", json=body, headers=auth(key))
+    assert r.status_code == 201 and r.json()["fact_id"] is None
+
+
+async def test_index_down_reports_only_postgres(gateway, tenant, embedder) -> None:  # type: ignore[no-untyped-def]
+    """With the vector index unreachable, remember still succeeds with stored_in ["postgres"]
+    and recall answers from Postgres, marked degraded."""
+    key = await gateway.key(tenant)
+    w = gateway.running.worker
+    live = w.deps.vectors
+    down = ServerVectorIndex(
+        url=f"http://127.0.0.1:{free_port()}",
+        timeout=1,
+        check_compatibility=False,
+        dim=embedder.dim,
+    )
+    w.vectors = w.deps.vectors = w.recall.vectors = w.commands.deps.vectors = down
+    try:
+        body = {"content": "Client asked for invoices in PDF", "client_id": 3}
+        r = await gateway.http.post("/api/v1/memory/remember", json=body, headers=auth(key))
+        assert r.status_code == 201, r.text
+        assert r.json()["stored_in"] == ["postgres"]
+        # recall degrades to Postgres full-text search instead of failing
+        r = await gateway.http.get(
+            "/api/v1/memory/recall",
+            params={"query": "invoices PDF", "client_id": "3"},
+            headers=auth(key),
+        )
+        assert r.status_code == 200 and r.json()["degraded"] == ["vector_index"], r.text
+        assert "PDF" in r.json()["results"][0]["content"]
+    finally:
+        w.vectors = w.deps.vectors = w.recall.vectors = w.commands.deps.vectors = live
+        await down.close()
+
+
+async def test_facts_create_and_update_close_the_old_version(gateway, tenant) -> None:  # type: ignore[no-untyped-def]
+    """POST /facts opens a version (valid_to null); /facts/{id}/update closes it and opens
+    the next; recall returns the new one as a fact."""
+    key = await gateway.key(tenant, user="1")
+    fact = {
+        "subject_type": "user",
+        "subject_id": "1",
+        "fact_type": "preference",
+        "content": "prefers espresso",
+        "salience_score": 0.8,
+    }
+    r = await gateway.http.post("/api/v1/memory/facts", json=fact, headers=auth(key))
+    assert r.status_code == 201, r.text
+    old = r.json()
+    assert old["valid_to"] is None and old["valid_from"] and old["zep_fact_id"] is None
+    r = await gateway.http.post(
+        f"/api/v1/memory/facts/{old['fact_id']}/update",
+        json={"content": "prefers flat white"},
+        headers=auth(key),
+    )
+    assert r.status_code == 200, r.text
+    new = r.json()
+    assert new["fact_id"] != old["fact_id"] and new["previous_fact_id"] == old["fact_id"]
+    assert new["valid_to"] is None and new["previous_valid_to"] is not None
+    r = await gateway.http.post(
+        f"/api/v1/memory/facts/{old['fact_id']}/update", json={"content": "x"}, headers=auth(key)
+    )
+    assert r.status_code in (404, 409) and set(r.json()) == {"code", "message"}
+    r = await gateway.http.get(
+        "/api/v1/memory/recall",
+        params={"query": "coffee espresso flat white", "client_id": "1"},
+        headers=auth(key),
+    )
+    texts = [x["content"] for x in r.json()["results"] if x["source"] == "fact"]
+    assert any("flat white" in t for t in texts) and not any("espresso" in t for t in texts)
+
+
+async def test_scopes_filter_and_lifecycles(gateway, tenant) -> None:  # type: ignore[no-untyped-def]
+    """scopes=["user","global"] excludes run and session memories; session memories expire
+    after 24 h; ending a run erases its memories."""
+    key = await gateway.key(tenant, user="5")
+    h = auth(key)
+    mk = {"client_id": 5, "salience_hint": 0.3}
+    for scope, extra in (("user", {}), ("global", {}), ("session", {}), ("run", {"run_id": "r1"})):
+        body = {
+            **mk,
+            "content": f"quarterly budget note kept in {scope} scope",
+            "memory_scope": scope,
+            **extra,
+        }
+        r = await gateway.http.post("/api/v1/memory/remember", json=body, headers=h)
+        assert r.status_code == 201, r.text
+        if scope == "session":
+            assert r.json()["expires_at"] is not None
+            left = datetime.fromisoformat(r.json()["expires_at"]) - datetime.now().astimezone()
+            assert timedelta(hours=23) < left <= timedelta(hours=24)
+    q = {"query": "quarterly budget note", "client_id": "5"}
+    r = await gateway.http.get(
+        "/api/v1/memory/recall", params={**q, "scopes": '["user","global"]'}, headers=h
+    )
+    assert {x["scope"] for x in r.json()["results"]} == {"user", "global"}
+    r = await gateway.http.get("/api/v1/memory/recall", params={**q, "scopes": "run"}, headers=h)
+    assert [x["scope"] for x in r.json()["results"]] == ["run"]
+    r = await gateway.http.post("/api/v1/memory/runs/r1/end", headers=h)
+    assert r.status_code == 200 and r.json()["expired"] == 1
+    r = await gateway.http.get("/api/v1/memory/recall", params={**q, "scopes": "run"}, headers=h)
+    assert r.json()["results"] == []
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"content": "x", "client_id": 1, "salience_hint": 1.5},
+        {"content": "x", "client_id": 1, "memory_scope": "forever"},
+        {"content": "x", "client_id": 1, "memory_type": "gossip"},
+        {"content": "", "client_id": 1},
+        {"content": "x"},
+        {"content": "x", "client_id": 1, "memory_scope": "run"},
+        {"content": "x", "client_id": 1, "metadata": {"nested": {"no": 1}}},
+    ],
+)
+async def test_remember_validation(gateway, tenant, body) -> None:  # type: ignore[no-untyped-def]
+    """Out-of-range salience, unknown scope/type, empty content, missing client_id, a run
+    memory without run_id, non-scalar metadata: 422 with the error shape."""
+    key = await gateway.key(tenant)
+    r = await gateway.http.post("/api/v1/memory/remember", json=body, headers=auth(key))
+    assert r.status_code == 422, r.text
+    assert set(r.json()) == {"code", "message"}
+
+
+@pytest.mark.parametrize(
+    "params",
+    [
+        {"query": "q", "client_id": "1", "k": 0},
+        {"query": "q", "client_id": "1", "k": 101},
+        {"query": "", "client_id": "1"},
+        {"query": "q"},
+        {"query": "q", "client_id": "1", "scopes": "forever"},
+        {"query": "q", "client_id": "1", "scopes": "[1,"},
+    ],
+)
+async def test_recall_validation(gateway, tenant, params) -> None:  # type: ignore[no-untyped-def]
+    """k outside 1..100, empty query, missing client_id, unknown or malformed scopes: 422."""
+    key = await gateway.key(tenant)
+    r = await gateway.http.get("/api/v1/memory/recall", params=params, headers=auth(key))
+    assert r.status_code == 422, r.text
+    assert r.json()["code"] == "validation_error"
+
+
+async def test_user_bound_key_serves_only_its_client(gateway, tenant) -> None:  # type: ignore[no-untyped-def]
+    """A key bound to user 1 cannot remember or recall for client 2 (403)."""
+    key = await gateway.key(tenant, user="1")
+    r = await gateway.http.post(
+        "/api/v1/memory/remember", json={"content": "x", "client_id": 2}, headers=auth(key)
+    )
+    assert r.status_code == 403
+    r = await gateway.http.get(
+        "/api/v1/memory/recall", params={"query": "x", "client_id": "2"}, headers=auth(key)
+    )
+    assert r.status_code == 403

@@ -1,0 +1,167 @@
+"""Seed 003: the search options of POST /memories/search over real HTTP."""
+
+from __future__ import annotations
+
+import pytest
+
+pytestmark = pytest.mark.integration
+
+
+async def _seeded(gateway, tenant):  # type: ignore[no-untyped-def]
+    key = await gateway.key(tenant, user="alice")
+    await gateway.add(key, "alice", "c1", "I prefer dark roast coffee from the corner shop")
+    await gateway.add(key, "alice", "c2", "The quarterly report goes to finance on Fridays")
+    assert (await gateway.flush(key, "alice", "c1")).json()["status"] == "flushed"
+    assert (await gateway.flush(key, "alice", "c2")).json()["status"] == "flushed"
+    return key
+
+
+async def test_defaults(gateway, tenant) -> None:  # type: ignore[no-untyped-def]
+    """Defaults: method hybrid, include_profile true, enable_llm_rerank true (reported as no
+    reranker configured), agentic unset."""
+    key = await _seeded(gateway, tenant)
+    r = await gateway.search(key, "alice", "coffee")
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["method"] == "hybrid" and body["rerank"] == "not_configured"
+    assert body["agentic"] is None
+    assert "profile" in {x["memory_type"] for x in body["results"]}
+
+
+async def test_custom_options(gateway, tenant) -> None:  # type: ignore[no-untyped-def]
+    """agent_id searches that agent's memories; keyword method; top_k -1 returns every hit
+    above the radius; both flags false: no profile results, no rerank report; agentic runs
+    as hybrid and says so."""
+    key = await _seeded(gateway, tenant)
+    commit = {
+        "agent_name": "helper",
+        "content": "Coffee orders go through the corner shop app",
+        "memory_type": "skill_heuristic",
+    }
+    r = await gateway.http.post(
+        "/api/agent-memory/commit", json=commit, headers={"Authorization": f"Bearer {key}"}
+    )
+    assert r.status_code == 200
+    r = await gateway.search(
+        key,
+        "alice",
+        "corner shop coffee",
+        agent_id="helper",
+        method="keyword",
+        radius=0.1,
+        top_k=-1,
+        include_profile=False,
+        enable_llm_rerank=False,
+    )
+    body = r.json()
+    assert r.status_code == 200 and body["method"] == "keyword" and body["rerank"] is None
+    assert body["results"] and all(x["agent_id"] == "helper" for x in body["results"])
+    assert all(x["score"] >= 0.1 for x in body["results"])
+    r = await gateway.search(key, "alice", "coffee", include_profile=False, top_k=-1)
+    assert r.json()["results"] and "profile" not in {x["memory_type"] for x in r.json()["results"]}
+    r = await gateway.search(key, "alice", "coffee", method="agentic")
+    assert r.json()["method"] == "hybrid" and r.json()["agentic"] == "ran_as_hybrid"
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"method": "semantic"},
+        {"radius": 1.5},
+        {"radius": -0.1},
+        {"top_k": 0},
+        {"agent_id": ""},
+        {"include_profile": "sometimes"},
+        {"filters": {"session_id": {"like": "x"}}},
+        {"filters": {"AND": []}},
+        {"filters": {"AND": {"a": 1}}},
+        {"filters": {"tags": {"in": "x"}}},
+        {"filters": {"meta": {"eq": {"nested": 1}}}},
+        {"filters": {}},
+    ],
+)
+async def test_invalid_options_are_422(gateway, tenant, change) -> None:  # type: ignore[no-untyped-def]
+    """Unknown method, radius outside 0..1, top_k 0, empty agent_id, a non-boolean flag and
+    malformed filters (unknown operator, empty AND, AND of a non-list, in of a non-list,
+    non-scalar value, empty filter) are 422."""
+    key = await gateway.key(tenant, user="alice")
+    r = await gateway.search(key, "alice", "q", **change)
+    assert r.status_code == 422, r.text
+    assert r.json()["code"] == "validation_error"
+
+
+async def test_filters_are_and_composed_with_the_scope(gateway, tenant) -> None:  # type: ignore[no-untyped-def]
+    """Caller filters AND the scope's session filter exactly as seed 003 writes it, and only
+    matching results come back; OR and in work over memory fields."""
+    key = await _seeded(gateway, tenant)
+    caller = {"memory_type": "profile"}
+    r = await gateway.search(
+        key, "alice", "coffee roast", conversation_id="c1", scope=["current_chat"], filters=caller
+    )
+    body = r.json()
+    assert body["filters"]["current_chat"] == {"AND": [caller, {"session_id": {"in": ["chat:c1"]}}]}
+    assert body["results"] and {x["memory_type"] for x in body["results"]} == {"profile"}
+    either = {"OR": [{"session_id": "chat:c2"}, {"memory_type": {"in": ["profile"]}}]}
+    r = await gateway.search(key, "alice", "coffee report finance", filters=either, top_k=-1)
+    got = r.json()["results"]
+    assert got and all(x["session_id"] == "chat:c2" or x["memory_type"] == "profile" for x in got)
+    assert {x["session_id"] for x in got} == {"chat:c1", "chat:c2"}
+    r = await gateway.search(key, "alice", "coffee", filters={"session_id": {"nin": ["chat:c1"]}})
+    assert all(x["session_id"] != "chat:c1" for x in r.json()["results"])
+
+
+async def test_radius_is_an_absolute_threshold(gateway, tenant) -> None:  # type: ignore[no-untyped-def]
+    """Without a radius an unrelated query still gets hits (ranking only); with radius 0.25
+    the unrelated query gets none while the related one keeps its hit: the score is
+    calibrated across queries."""
+    key = await _seeded(gateway, tenant)
+    unrelated = "lattice quantum chromodynamics gluon"
+    r = await gateway.search(key, "alice", unrelated)
+    assert r.json()["results"]  # ranking alone always returns something
+    r = await gateway.search(key, "alice", unrelated, radius=0.25)
+    assert r.json()["results"] == []
+    r = await gateway.search(key, "alice", "quarterly report finance", radius=0.25)
+    assert r.json()["results"] and "quarterly report" in r.json()["results"][0]["text"]
+
+
+async def test_every_memory_type_is_labelled(gateway, tenant) -> None:  # type: ignore[no-untyped-def]
+    """episode, profile, agent_case, agent_skill and unprocessed_message all appear, mapped
+    from memstream's types."""
+    key = await _seeded(gateway, tenant)
+    h = {"Authorization": f"Bearer {key}"}
+    r = await gateway.http.post(
+        "/api/v1/memory/remember",
+        json={
+            "content": "We decided the coffee budget is 200 euros",
+            "client_id": "alice",
+            "memory_type": "decision",
+            "session_id": "chat:c1",
+        },
+        headers=h,
+    )
+    assert r.status_code == 201, r.text
+    r = await gateway.http.post(
+        "/api/agent-memory/commit",
+        json={
+            "agent_name": "barista",
+            "content": "Grind coffee just before brewing",
+            "memory_type": "skill_heuristic",
+        },
+        headers=h,
+    )
+    assert r.status_code == 200
+    await gateway.running.worker.broker.stop()  # the next turn stays unprocessed
+    assert (
+        await gateway.add(key, "alice", "c1", "more coffee thoughts for later")
+    ).status_code == 202
+    r = await gateway.search(
+        key,
+        "alice",
+        "coffee",
+        conversation_id="c1",
+        scope=["current_chat", "all_user_memory"],
+        top_k=20,
+    )
+    assert r.status_code == 200, r.text
+    kinds = {x["memory_type"] for x in r.json()["results"]}
+    assert kinds == {"episode", "profile", "agent_case", "agent_skill", "unprocessed_message"}

@@ -1,0 +1,144 @@
+"""Seed 004: /api/agent-memory/* over real HTTP with Bearer keys."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+pytestmark = pytest.mark.integration
+
+TC = {"task_description": "deploy the api", "skills_used": ["k8s", "helm"], "outcome": "success"}
+
+
+def auth(key: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {key}"}
+
+
+async def test_commit_query_list_peer_pending(gateway, tenant) -> None:  # type: ignore[no-untyped-def]
+    """commit stores structured task_context, dedupes; query scores and counts accesses;
+    list pages; peer-query reads another agent without counting; pending-review counts.
+    Each agent has its own key, so its memories are agent-owned: what peers may read (a
+    user's key naming an agent writes that user-and-agent's private memories)."""
+    before = (datetime.now(UTC) - timedelta(minutes=1)).isoformat()
+    key = await gateway.key(tenant, agent="scout")
+    h = auth(key)
+    body = {
+        "agent_name": "scout",
+        "content": "Helm rollbacks need the previous release number from helm history",
+        "memory_type": "lesson_learned",
+        "task_context": TC,
+    }
+    r = await gateway.http.post("/api/agent-memory/commit", json=body, headers=h)
+    assert r.status_code == 200, r.text
+    first = r.json()
+    assert first["duplicate_detected"] is False
+    again = await gateway.http.post("/api/agent-memory/commit", json=body, headers=h)
+    assert again.json() == {"memory_id": first["memory_id"], "duplicate_detected": True}
+    other = {
+        **body,
+        "content": "Terraform state locks live in the dynamodb table",
+        "memory_type": "domain_pattern",
+    }
+    assert (
+        await gateway.http.post("/api/agent-memory/commit", json=other, headers=h)
+    ).status_code == 200
+
+    q = {"agent_name": "scout", "query": "how do I roll back a helm release?", "limit": 5}
+    r = await gateway.http.post("/api/agent-memory/query", json=q, headers=h)
+    assert r.status_code == 200, r.text
+    top = r.json()["memories"][0]
+    assert top["memory_id"] == first["memory_id"]
+    assert top["task_context"] == TC
+    assert 0 < top["score"] <= 1
+
+    async def counted() -> bool:
+        r = await gateway.http.post(
+            "/api/agent-memory/list", json={"agent_name": "scout"}, headers=h
+        )
+        counts = {m["memory_id"]: m["access_count"] for m in r.json()["memories"]}
+        return counts[first["memory_id"]] >= 1
+
+    await gateway.running.wait_for(counted, 10, "the query's access to be counted")
+
+    r = await gateway.http.post(
+        "/api/agent-memory/list", json={"agent_name": "scout", "limit": 1, "offset": 0}, headers=h
+    )
+    page = r.json()
+    assert r.status_code == 200 and len(page["memories"]) == 1 and page["next_offset"] == 1
+    r = await gateway.http.post(
+        "/api/agent-memory/list",
+        json={"agent_name": "scout", "memory_type": "domain_pattern"},
+        headers=h,
+    )
+    assert [m["memory_type"] for m in r.json()["memories"]] == ["domain_pattern"]
+
+    peer_key = await gateway.key(tenant, agent="builder")
+    pq = {"target_agent": "scout", "query": "helm release rollback", "limit": 3}
+    r = await gateway.http.post("/api/agent-memory/peer-query", json=pq, headers=auth(peer_key))
+    assert r.status_code == 200, r.text
+    peers = r.json()["memories"]
+    assert peers and peers[0]["agent_name"] == "scout" and "access_count" not in peers[0]
+    assert peers[0]["created_at"]
+    r = await gateway.http.post(
+        "/api/agent-memory/peer-query",
+        json={**pq, "memory_type": "domain_pattern"},
+        headers=auth(peer_key),
+    )
+    assert all(m["memory_type"] == "domain_pattern" for m in r.json()["memories"])
+
+    since = json.dumps({"scout": before, "builder": before})
+    r = await gateway.http.get(
+        "/api/agent-memory/pending-review", params={"since": since}, headers=h
+    )
+    assert r.status_code == 200, r.text
+    assert r.json()["counts"]["scout"] == 2
+
+
+@pytest.mark.parametrize(
+    ("path", "body"),
+    [
+        ("/api/agent-memory/query", {"agent_name": "a", "query": "q", "limit": 21}),
+        ("/api/agent-memory/list", {"agent_name": "a", "limit": 101}),
+        ("/api/agent-memory/list", {"agent_name": "a", "offset": -1}),
+        ("/api/agent-memory/peer-query", {"target_agent": "b", "query": "q", "limit": 11}),
+        ("/api/agent-memory/peer-query", {"target_agent": "", "query": "q"}),
+        ("/api/agent-memory/commit", {"agent_name": "a", "content": "x", "memory_type": "episode"}),
+        (
+            "/api/agent-memory/commit",
+            {
+                "agent_name": "a",
+                "content": "x",
+                "memory_type": "lesson_learned",
+                "task_context": {**TC, "outcome": "great"},
+            },
+        ),
+    ],
+)
+async def test_limits_and_shapes_give_422(gateway, tenant, path, body) -> None:  # type: ignore[no-untyped-def]
+    """Limits above the maximum and malformed bodies are 422 with the error shape."""
+    key = await gateway.key(tenant, user="ops")
+    r = await gateway.http.post(path, json=body, headers=auth(key))
+    assert r.status_code == 422, r.text
+    assert set(r.json()) == {"code", "message"} and r.json()["code"] == "validation_error"
+
+
+async def test_pending_review_rejects_bad_since(gateway, tenant) -> None:  # type: ignore[no-untyped-def]
+    """since must be a JSON map of agents to ISO times."""
+    key = await gateway.key(tenant, user="ops")
+    for since in ("not json", "[1]", '{"a": "yesterday"}'):
+        r = await gateway.http.get(
+            "/api/agent-memory/pending-review", params={"since": since}, headers=auth(key)
+        )
+        assert r.status_code == 422 and r.json()["code"] == "validation_error"
+
+
+async def test_agent_bound_key_cannot_act_as_another_agent(gateway, tenant) -> None:  # type: ignore[no-untyped-def]
+    """A key bound to agent A cannot commit or query as agent B (403), nor without a key (401)."""
+    key = await gateway.key(tenant, agent="a")
+    body = {"agent_name": "b", "content": "x", "memory_type": "lesson_learned"}
+    r = await gateway.http.post("/api/agent-memory/commit", json=body, headers=auth(key))
+    assert r.status_code == 403 and r.json()["code"] == "forbidden"
+    r = await gateway.http.post("/api/agent-memory/commit", json=body)
+    assert r.status_code == 401 and r.json()["code"] == "unauthorized"
