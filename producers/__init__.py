@@ -3,6 +3,9 @@
 async with MemoryClient("acme", user="alice") as mem:
     await mem.publish_turn([("user", "I prefer tea over coffee")], session="s1")
     reply = await mem.recall("what does alice drink?")
+
+Agent middleware (recall before, persist after a model call): ``MemoryMiddleware``
+(docs/integrations.md).
 """
 
 from memstream.producers.client import (
@@ -13,12 +16,30 @@ from memstream.producers.client import (
     RecallError,
     SyncMemoryClient,
 )
+from memstream.producers.gates import GatePolicy
+from memstream.producers.middleware import (
+    AuditEvent,
+    ChatMessage,
+    MemoryMiddleware,
+    ModelOutput,
+    RecalledMemory,
+    ToolOutcome,
+    TurnContext,
+)
 
 __all__ = [
+    "AuditEvent",
+    "ChatMessage",
+    "GatePolicy",
     "MemoryClient",
     "MemoryClientError",
+    "MemoryMiddleware",
+    "ModelOutput",
     "PublishError",
     "PublishResult",
     "RecallError",
+    "RecalledMemory",
     "SyncMemoryClient",
+    "ToolOutcome",
+    "TurnContext",
 ]

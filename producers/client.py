@@ -26,7 +26,7 @@ import copy
 import json
 import os
 import threading
-from collections.abc import Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
 from datetime import datetime
@@ -53,6 +53,7 @@ __all__ = [
     "MemoryClient",
     "MemoryClientError",
     "NatsAuth",
+    "PublishCallback",
     "PublishError",
     "PublishResult",
     "RecallError",
@@ -96,6 +97,10 @@ class PublishResult:
     stream: str
     seq: int
     duplicate: bool
+
+
+# called once with (result, None) or (None, error) when a ``wait=False`` publish is done
+PublishCallback = Callable[[PublishResult | None, Exception | None], object]
 
 
 def discover_nats_url(state_dir: str | os.PathLike[str] | None = None) -> str:
@@ -311,25 +316,33 @@ class MemoryClient:
         messages: Sequence[Message | dict[str, Any] | tuple[str, str]],
         *,
         wait: bool = True,
+        on_done: PublishCallback | None = None,
         **kwargs: Any,
     ) -> PublishResult | None:
-        """Publish a turn. ``wait=False``: return at once, never raise (counted on failure)."""
+        """Publish a turn. ``wait=False``: return at once, never raise (counted on failure);
+        ``on_done(result, error)`` is then called once with the outcome, after the retries
+        (an exception it raises is ignored)."""
         event = self.make_turn(messages, **kwargs)
         if wait:
             return await self.publish(event)
-        task = asyncio.create_task(self._publish_quietly(event))
+        task = asyncio.create_task(self._publish_quietly(event, on_done))
         self._pending.add(task)
         task.add_done_callback(self._pending.discard)
         return None
 
-    async def _publish_quietly(self, event: TurnEvent) -> None:
+    async def _publish_quietly(self, event: TurnEvent, on_done: PublishCallback | None) -> None:
+        error: MemoryClientError | None = None
         for attempt in range(3):
             try:
-                await self.publish(event)
-                return
-            except MemoryClientError:
+                result = await self.publish(event)
+            except MemoryClientError as exc:
+                error = exc
                 await asyncio.sleep(0.2 * 2**attempt)
+                continue
+            _report(on_done, result, None)
+            return
         self.publish_failures += 1
+        _report(on_done, None, error)
 
     async def recall(
         self,
@@ -461,6 +474,17 @@ class MemoryClient:
     async def peer_query_any(self, query: str, top_k: int = 10) -> RecallReply:
         """Read every agent's memories but the caller's (no access counted)."""
         return _recall_of(await self.command("peer_query_any", query=query, top_k=top_k))
+
+
+def _report(
+    on_done: PublishCallback | None, result: PublishResult | None, error: Exception | None
+) -> None:
+    if on_done is None:
+        return
+    try:
+        on_done(result, error)
+    except Exception:  # noqa: BLE001 (the caller's callback never breaks the background publish)
+        return
 
 
 def _one(reply: CommandReply) -> MemoryRecord:
