@@ -133,7 +133,7 @@ def decide(
     if user_input is None or not user_input.strip():
         return Decision(False, "tool_only", state)
     if is_acknowledgement(user_input):
-        return Decision(False, "acknowledgement", replace(state, seen=True))
+        return Decision(False, "acknowledgement", state)
     words = content_words(user_input)
     reason: Reason | None = None
     if not state.seen:
