@@ -33,6 +33,7 @@ async def run_example(running, name: str, tmp_path: Path) -> str:  # type: ignor
     )
     out, _ = await asyncio.wait_for(proc.communicate(), 120)
     text = out.decode()
+    print(text)  # shown by pytest -s, and on failure
     assert proc.returncode == 0, text
     return text
 
