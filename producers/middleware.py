@@ -38,6 +38,7 @@ from pydantic import ValidationError
 from memstream.producers.client import MemoryClient, MemoryClientError, PublishResult
 from memstream.producers.gates import Decision, GatePolicy, TopicState, decide, recalled
 from memstream.schemas.errors import ErrorCode
+from memstream.schemas.memory import MemoryType, Scope
 from memstream.schemas.recall import Hit
 
 __all__ = [
@@ -235,6 +236,13 @@ class MemoryMiddleware:
             raise ValueError("top_k must be 1..100")
         if token_budget < 1 or deadline_s <= 0 or not 0.0 <= min_score <= 1.0:
             raise ValueError("token_budget >= 1, deadline_s > 0 and min_score in 0..1")
+        # a configuration error fails here, at start, not as a recall failure on every turn
+        for s in scopes:
+            Scope(s)
+        for t in types:
+            MemoryType(t)
+        if context not in ("all", "session", "resources"):
+            raise ValueError(f"context must be all, session or resources, not {context!r}")
         self.client = client
         self.top_k, self.token_budget, self.min_score = top_k, token_budget, min_score
         self.deadline_s = deadline_s
@@ -336,7 +344,7 @@ class MemoryMiddleware:
                 continue
             if score is not None and score < self.min_score:
                 continue
-            memory = RecalledMemory(h.id, _neutral(h.text), h.type.value, score or 0.0, h.session)
+            memory = RecalledMemory(h.id, h.text, h.type.value, score or 0.0, h.session)
             cost = len(_line(len(chosen) + 1, memory)) + 1
             if (used + cost) / _CHARS_PER_TOKEN > self.token_budget:
                 continue
@@ -486,11 +494,13 @@ def _category(exc: BaseException) -> str:
 
 def _neutral(text: str) -> str:
     """Memory text cannot close (or open) the reference block it is shown in."""
-    return text.replace(_OPEN, "<recalled-memory>").replace(_CLOSE, "</recalled-memory>")
+    return text.replace(_CLOSE, "</recalled-memory>").replace(_OPEN, "<recalled-memory>")
 
 
 def _line(i: int, m: RecalledMemory) -> str:
-    return f"[{i}] ({m.type}, score {m.score:.2f}) {m.text}"
+    """One memory, on one line (a memory's own line breaks cannot start a fake entry)."""
+    text = " / ".join(part.strip() for part in _neutral(m.text).splitlines() if part.strip())
+    return f"[{i}] ({m.type}, score {m.score:.2f}) {text}"
 
 
 def _reference(memories: Sequence[RecalledMemory]) -> ChatMessage:
