@@ -7,7 +7,12 @@ import time
 import pytest
 
 from memstream.consumers.embedded import free_port
-from memstream.producers.client import MemoryClient, RecallError, SyncMemoryClient
+from memstream.producers.client import (
+    MemoryClient,
+    MemoryClientError,
+    RecallError,
+    SyncMemoryClient,
+)
 
 
 def unreachable() -> str:
@@ -35,6 +40,23 @@ async def test_publish_without_waiting_never_blocks_or_raises() -> None:
     assert await client.publish_turn([("user", "hello")], wait=False) is None
     assert time.perf_counter() - started < 0.05
     await client.close()  # waits for the background attempts
+    assert client.publish_failures == 1
+
+
+async def test_publish_without_waiting_reports_its_outcome() -> None:
+    """on_done is called once, after the retries, with the error; a callback that raises
+    breaks nothing."""
+    client = MemoryClient("t", user="u", nats_url=unreachable(), connect_timeout=0.2)
+    outcomes: list[tuple[object, object]] = []
+
+    def done(result: object, error: object) -> None:
+        outcomes.append((result, error))
+        raise RuntimeError("the caller's bug")
+
+    await client.publish_turn([("user", "hello")], wait=False, on_done=done)
+    await client.close()
+    assert len(outcomes) == 1 and outcomes[0][0] is None
+    assert isinstance(outcomes[0][1], MemoryClientError)
     assert client.publish_failures == 1
 
 
