@@ -192,7 +192,12 @@ class MemstreamStore(BaseStore):
         w = where(ns)
         client, tag = self._owner(w), key_tag(ns, key)
         reply = await client.recall(
-            key, tags=[tag], top_k=10, cache=False, project=w.project, method="vector"
+            key[:1000] or "item",
+            tags=[tag],
+            top_k=10,
+            cache=False,
+            project=w.project,
+            method="vector",
         )
         if not reply.degraded:
             return [h for h in reply.hits if tag in h.tags]
