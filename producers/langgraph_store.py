@@ -50,7 +50,7 @@ from langgraph.store.base import (
 
 from memstream.producers.client import CommandError, MemoryClient, SyncMemoryClient
 from memstream.schemas.errors import ErrorCode
-from memstream.schemas.memory import MemoryRecord
+from memstream.schemas.memory import MemoryRecord, MemoryType
 from memstream.schemas.recall import Hit
 
 __all__ = ["MemstreamStore", "Where", "where"]
@@ -117,6 +117,7 @@ class MemstreamStore(BaseStore):
         index_fields: Sequence[str] | None = None,
         memory_type: str = "fact",
     ) -> None:
+        self._loop: asyncio.AbstractEventLoop | None
         if isinstance(client, SyncMemoryClient):
             self._client, self._loop = client._client, client._loop
         else:
@@ -124,9 +125,9 @@ class MemstreamStore(BaseStore):
             try:
                 self._loop = asyncio.get_running_loop()
             except RuntimeError:
-                self._loop = None  # type: ignore[assignment]  # set at the first async call
+                self._loop = None  # set at the first async call
         self._index = tuple(index_fields) if index_fields else None
-        self._type = memory_type
+        self._type = MemoryType(memory_type).value  # a wrong type fails here, at start
         self._cache: dict[tuple[str | None, str | None], MemoryClient] = {}
 
     # --- the two abstract methods -------------------------------------------------------------
