@@ -153,11 +153,15 @@ async def test_search_validation(gateway, tenant, change, where) -> None:  # typ
                 {"sender_id": "a", "role": "assistant", "timestamp": 4, "content": "y"},
             ]
         },
+        # control characters: accepted by a looser rule, they failed the turn's wire schema (500)
+        {"messages": [{"sender_id": "u\x1f", "role": "user", "timestamp": 1, "content": "x"}]},
+        {"session_id": "chat:s\x07"},
+        {"app_id": "a\x85"},
     ],
 )
 async def test_add_validation(gateway, tenant, change) -> None:  # type: ignore[no-untyped-def]
     """session_id must be chat:<id>; messages non-empty with positive, non-decreasing ms
-    timestamps and a known role: else 422."""
+    timestamps and a known role; identifiers without control characters: else 422."""
     key = await gateway.key(tenant, user="u")
     body = {
         "user_id": "u",

@@ -164,4 +164,9 @@ async def test_every_memory_type_is_labelled(gateway, tenant) -> None:  # type: 
     )
     assert r.status_code == 200, r.text
     kinds = {x["memory_type"] for x in r.json()["results"]}
-    assert kinds == {"episode", "profile", "agent_case", "agent_skill", "unprocessed_message"}
+    assert kinds == {"episode", "profile", "agent_case", "unprocessed_message"}
+    # the agent's learning is owned by (alice, barista), not by alice alone: it is found
+    # when the search names the agent (owner semantics, docs/memory-model.md)
+    r = await gateway.search(key, "alice", "grind coffee", agent_id="barista", top_k=20)
+    assert r.status_code == 200, r.text
+    assert {x["memory_type"] for x in r.json()["results"]} == {"agent_skill"}
