@@ -6,7 +6,7 @@ BIN    := $(VENV)/bin
 # the top-level folders that map into the memstream namespace (setup.py's FOLDERS)
 PACKAGES := $(filter-out tests,$(patsubst %/__init__.py,%,$(wildcard */__init__.py)))
 # checked by mypy --strict (pyproject.toml lists the modules still on the relaxed settings)
-TYPED    := schemas pipeline producers gateway
+TYPED    := schemas pipeline producers gateway console
 STAMP  := $(VENV)/.installed-stamp
 
 .PHONY: install run test unit integration lint fmt bench-redaction bench-locomo bench-recall clean
