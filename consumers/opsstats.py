@@ -97,6 +97,7 @@ async def answer_redact(worker: Any, nc: Any) -> Any:
     async def reply(msg: Any) -> None:
         if not safe_reply(msg.reply, worker.settings.namespace):  # answers go to inboxes only
             return
+        data: dict[str, Any]
         try:
             items = json.loads(msg.data)["items"]
             data = {"items": await asyncio.to_thread(redact, items)}
