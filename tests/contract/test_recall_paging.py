@@ -78,6 +78,7 @@ def ranked(ids: list[str]) -> list[tuple[str, float]]:
 
 
 async def test_one_page_when_nothing_collapses(index: Counting) -> None:
+    """Distinct memories fill top_k from the first page fetched."""
     ids = await store(index, [f"e{i}" for i in range(30)])
     svc = RecallService(None, index, None)  # type: ignore[arg-type] - only the index is read
     req = RecallRequest(tenant="acme", user="ann", query="q", top_k=5)
@@ -97,6 +98,7 @@ async def test_more_pages_while_the_collapse_drops_hits(index: Counting) -> None
 
 
 async def test_paging_stops_below_the_threshold(index: Counting) -> None:
+    """No further page is fetched once candidates fall below the score threshold."""
     ids = await store(index, ["same"] * 20)
     svc = RecallService(None, index, None)  # type: ignore[arg-type]
     req = RecallRequest(tenant="acme", user="ann", query="q", top_k=5, score_threshold=0.5)
