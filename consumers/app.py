@@ -55,13 +55,6 @@ def reconnect_forever(closed: Any) -> dict[str, Any]:
     }
 
 
-def _sanitized(exc: ValidationError) -> str:
-    """Field paths and messages only: never the input values (they may hold secrets)."""
-    return "; ".join(
-        f"{'.'.join(map(str, e['loc'])) or '<root>'}: {e['msg']}" for e in exc.errors()[:5]
-    )
-
-
 @dataclass
 class Worker:
     settings: Settings
