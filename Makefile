@@ -7,7 +7,7 @@ BIN    := $(VENV)/bin
 PACKAGES := $(filter-out tests,$(patsubst %/__init__.py,%,$(wildcard */__init__.py)))
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: install run test unit integration lint fmt bench-redaction bench-locomo bench-recall clean
+.PHONY: install run test unit integration lint fmt bench-redaction bench-locomo bench-recall bench-vector-index clean
 
 $(STAMP): pyproject.toml setup.py
 	$(PYTHON) -m venv $(VENV)
@@ -53,6 +53,10 @@ bench-locomo: install
 
 bench-recall: install
 	$(BIN)/memstream bench recall --memories 100000
+
+## the vector index alone (both layouts of reads), at recall scale
+bench-vector-index: install
+	$(BIN)/python benchmarks/vector_index.py --points 100000
 
 clean:
 	rm -rf $(VENV) .memstream build dist *.egg-info
