@@ -38,8 +38,10 @@ lint: install
 	rm -rf build/imports && mkdir -p build/imports/memstream
 	for f in $(PACKAGES); do ln -s "$(CURDIR)/$$f" build/imports/memstream/$$f; done
 	cd build && PYTHONPATH=$(CURDIR)/build/imports ../$(BIN)/lint-imports --config ../pyproject.toml
-	@# mypy on the package as it is imported (memstream.x), so cross-module types are real
+	@# mypy on the package as it is imported (memstream.x), so cross-module types are real;
+	@# the tests as tests.<tier>.<module> (MYPYPATH is their base), relaxed in pyproject.toml
 	cd build/imports && ../../$(BIN)/mypy --config-file ../../pyproject.toml $(addprefix -p memstream.,$(PACKAGES))
+	cd build/imports && MYPYPATH=$(CURDIR) ../../$(BIN)/mypy --config-file ../../pyproject.toml $(CURDIR)/tests
 
 fmt: install
 	$(BIN)/ruff format .

@@ -39,7 +39,7 @@ DIM = 8
 Factory = Callable[..., VectorIndex]
 
 
-def edge_factory(path: Path) -> Factory:
+def edge_factory(path: Path) -> Callable[..., EdgeVectorIndex]:
     return lambda **kw: EdgeVectorIndex(path / "shard", **kw)
 
 

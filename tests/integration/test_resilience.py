@@ -17,7 +17,7 @@ from memstream.storage.qdrant_server import ServerVectorIndex
 pytestmark = pytest.mark.integration
 
 
-async def test_topology_is_applied_and_updated(nats_url, namespace) -> None:  # type: ignore[no-untyped-def]
+async def test_topology_is_applied_and_updated(nats_url, namespace) -> None:
     """Streams and durable consumers get exactly the configured settings; applying twice is a
     no-op; a changed setting updates the existing consumer in place."""
     settings = Settings(
@@ -54,7 +54,7 @@ def settings_stream(settings: Settings, kind: str) -> str:
     return Subjects(settings.namespace).stream(kind)
 
 
-async def test_vector_index_down_keeps_memories_and_reconciles(  # type: ignore[no-untyped-def]
+async def test_vector_index_down_keeps_memories_and_reconciles(
     nats_url, pg, namespace, tmp_path, embedder
 ) -> None:
     """With the Qdrant server unreachable, stored memories stay in Postgres (not indexed),
@@ -103,7 +103,7 @@ async def test_vector_index_down_keeps_memories_and_reconciles(  # type: ignore[
         await nc.close()
 
 
-async def test_postgres_outage_dead_letters_then_replay_stores(  # type: ignore[no-untyped-def]
+async def test_postgres_outage_dead_letters_then_replay_stores(
     nats_url, database_url, namespace, tmp_path, embedder
 ) -> None:
     """Postgres gone: the extract stage retries, then dead-letters the turn with the reason;
