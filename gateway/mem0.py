@@ -39,9 +39,10 @@ from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, Header, Query, Request
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import ValidationError as PydanticValidationError
 
 from memstream.gateway import filters as flt
-from memstream.gateway.errors import ApiError, ErrorBody, not_found, unauthorized
+from memstream.gateway.errors import ApiError, ErrorBody, field_errors, not_found, unauthorized
 from memstream.gateway.identity import Identity, Root, resolver
 from memstream.gateway.models import has_nul
 from memstream.producers.client import CommandError, MemoryClient
@@ -435,7 +436,29 @@ async def add(body: AddBody, ident: AuthId, root: Root) -> dict[str, Any]:
                 )
                 results.append({"id": rec.id, "memory": rec.content, "event": "ADD"})
         return {"results": results, "status": "SUCCEEDED", "event_id": event_id}
-    event = TurnEvent(
+    try:
+        event = _turn(ident, mem, ent, body, event_id, session, metadata, at)
+    except PydanticValidationError as exc:
+        raise ApiError(422, "validation_error", field_errors(exc.errors())) from None
+    res = await mem.publish(event)
+    return {
+        "message": "Memory processing has been queued for background execution",
+        "status": "PENDING",
+        "event_id": res.event_id,
+    }
+
+
+def _turn(
+    ident: Identity,
+    mem: MemoryClient,
+    ent: dict[str, str],
+    body: AddBody,
+    event_id: str,
+    session: str,
+    metadata: dict[str, Any],
+    at: datetime,
+) -> TurnEvent:
+    return TurnEvent(
         event_id=event_id,
         tenant=ident.tenant,
         app=ent.get("app_id"),
@@ -449,12 +472,6 @@ async def add(body: AddBody, ident: AuthId, root: Root) -> dict[str, Any]:
         metadata=metadata,
         occurred_at=at,
     )
-    res = await mem.publish(event)
-    return {
-        "message": "Memory processing has been queued for background execution",
-        "status": "PENDING",
-        "event_id": res.event_id,
-    }
 
 
 @router.post("/v3/memories/search/", responses=ERRORS)
