@@ -17,6 +17,7 @@ returned under a note saying it is reference data, never instructions.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable, Callable
 from typing import Annotated, Any, Literal
 
@@ -346,7 +347,11 @@ def http_app(
     """The ``/mcp`` endpoint and its session manager (run it in the app's lifespan).
     Stateless with JSON responses: any gateway copy answers any request. DNS-rebinding
     protection is off: every request must carry a key, and a browser page cannot add one."""
+    # MCPServer configures the root logger when none is (logging.basicConfig): the gateway's
+    # process keeps its own logging as it was
+    root_handlers, root_level = logging.root.handlers[:], logging.root.level
     server = build_server(http_resolver(resolver, root), flush_timeout_s)
+    logging.root.handlers[:], logging.root.level = root_handlers, root_level
     server.streamable_http_app(
         stateless_http=True,
         json_response=True,

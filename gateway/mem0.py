@@ -291,6 +291,11 @@ def _item(
     }
 
 
+def _md5(text: str) -> str:
+    """Mem0's ``hash``: the MD5 of the memory's text (not a security measure)."""
+    return hashlib.md5(text.encode(), usedforsecurity=False).hexdigest()
+
+
 def of_record(m: MemoryRecord) -> Mem0Memory:
     return Mem0Memory(
         id=m.id,
@@ -299,7 +304,7 @@ def of_record(m: MemoryRecord) -> Mem0Memory:
         agent_id=m.agent,
         app_id=_app_of(dict(m.metadata), m.app),
         run_id=_run_of(m.session),
-        hash=m.content_hash.split("@")[0],
+        hash=_md5(m.content),
         metadata=dict(m.metadata),
         created_at=m.created_at,
         updated_at=m.updated_at,
@@ -317,7 +322,7 @@ def of_hit(h: Hit) -> Mem0Memory:
         agent_id=h.agent,
         app_id=_app_of(dict(h.metadata)),
         run_id=_run_of(h.session),
-        hash=hashlib.md5(h.text.encode(), usedforsecurity=False).hexdigest(),
+        hash=_md5(h.text),
         metadata=dict(h.metadata),
         created_at=h.created_at,
         updated_at=None,
@@ -647,6 +652,8 @@ async def delete_all(
         ent.update({k: v for k, v in _query_filters(filters).items() if ent.get(k) is None})
     if ent["app_id"] is not None:
         raise not_implemented("delete_all by app_id")
+    if ent["user_id"] is None and ent["agent_id"] is None and ent["run_id"] is None:
+        raise ApiError(422, "validation_error", "delete_all: name user_id, agent_id or run_id")
     mem = ident.client(root, ent["user_id"], ent["agent_id"])
     session = f"run:{ent['run_id']}" if ent["run_id"] else None
     counts = await mem.forget_owner(session=session)

@@ -188,6 +188,8 @@ async def test_owner_binding_and_errors(gateway, tenant) -> None:  # type: ignor
         await asyncio.to_thread(ca.delete, mid)
     with pytest.raises(AuthenticationError):
         await asyncio.to_thread(ca.delete_all, user_id="bob")
+    with pytest.raises(ValidationError):  # no entity named: nothing is erased by default
+        await asyncio.to_thread(cb.delete_all)
     assert (await asyncio.to_thread(cb.get, mid))["id"] == mid  # still there
 
     with pytest.raises(ValueError, match="Error"):
