@@ -554,9 +554,9 @@ async def get_one(memory_id: MemoryId, ident: AuthId, root: Root) -> Mem0Memory:
 async def update(memory_id: MemoryId, body: UpdateBody, ident: AuthId, root: Root) -> Mem0Memory:
     """New text and/or metadata; the memory keeps its id and is redacted and re-indexed."""
     if body.timestamp is not None:
-        raise not_implemented("changing a memory's timestamp")
+        raise ApiError(422, "validation_error", "timestamp: changing it is not supported")
     if body.expiration_date is not None:
-        raise not_implemented("expiration dates on update")
+        raise ApiError(422, "validation_error", "expiration_date: not supported on update")
     if body.text is None and body.metadata is None:
         raise ApiError(422, "validation_error", "send text and/or metadata")
     if has_nul(body.model_dump()):
@@ -651,7 +651,7 @@ async def delete_all(
     if filters:
         ent.update({k: v for k, v in _query_filters(filters).items() if ent.get(k) is None})
     if ent["app_id"] is not None:
-        raise not_implemented("delete_all by app_id")
+        raise ApiError(422, "validation_error", "app_id: delete_all by app is not supported")
     if ent["user_id"] is None and ent["agent_id"] is None and ent["run_id"] is None:
         raise ApiError(422, "validation_error", "delete_all: name user_id, agent_id or run_id")
     mem = ident.client(root, ent["user_id"], ent["agent_id"])
