@@ -4,6 +4,7 @@ real gateway)."""
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 from contextlib import asynccontextmanager
@@ -174,3 +175,37 @@ async def test_memstream_mcp_refuses_a_wrong_key(gateway) -> None:  # type: igno
     out, err = await asyncio.wait_for(proc.communicate(), 60)
     assert proc.returncode == 2, err
     assert b"memstream mcp:" in err and key[4:].encode() not in out + err
+
+
+async def test_keys_never_in_mcp_or_mem0_responses_or_logs(gateway, tenant, caplog, capfd) -> None:  # type: ignore[no-untyped-def]
+    """Right, wrong and over-long keys on /mcp and the Mem0 routes, and a failing tool call: no
+    response, header or log line holds any 8-character piece of a key."""
+    caplog.set_level(logging.DEBUG)
+    key = await gateway.key(tenant, user="kim")
+    wrong = key[:-4] + "AAAA"
+    seen: list[str] = []
+    init = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}
+    for k in (key, wrong, key * 10):
+        for scheme in ("Bearer", "Token"):
+            h = {"Authorization": f"{scheme} {k}", "Accept": "application/json, text/event-stream"}
+            r = await gateway.http.post("/mcp", json=init, headers=h)
+            seen.append(r.text + str(r.headers))
+            r = await gateway.http.get("/v1/ping/", headers=h)
+            seen.append(r.text + str(r.headers))
+            body = {"query": "x", "filters": {"user_id": "kim", "created_at": {"gte": 1}}}
+            r = await gateway.http.post("/v3/memories/search/", json=body, headers=h)
+            seen.append(r.text + str(r.headers))
+            r = await gateway.http.post("/v3/memories/add/", json={"messages": []}, headers=h)
+            seen.append(r.text + str(r.headers))
+            r = await gateway.http.get("/v1/memories/not-a-uuid/", headers=h)
+            seen.append(r.text + str(r.headers))
+    async with http_client(gateway, key) as client:
+        res = await client.call_tool("get_memory", {"memory_id": "00000000-0000-0000-0000-0"})
+        assert res.is_error
+        seen.append(str(res.content))
+    out, err = capfd.readouterr()
+    logs = "\n".join(rec.getMessage() for rec in caplog.records) + out + err
+    for k in (key, wrong):
+        for p in [k[4:][i : i + 8] for i in range(len(k) - 11)]:  # "msk_" is public
+            assert all(p not in s for s in seen), "a response holds part of a key"
+            assert p not in logs, "a log line holds part of a key"
