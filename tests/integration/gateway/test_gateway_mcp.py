@@ -4,6 +4,7 @@ real gateway)."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import sys
@@ -155,8 +156,6 @@ async def test_mcp_http_identity_is_the_key(gateway, tenant) -> None:  # type: i
 
 async def test_memstream_mcp_refuses_a_wrong_key(gateway) -> None:  # type: ignore[no-untyped-def]
     """`memstream mcp` with a key that is not valid exits 2 at start, without printing it."""
-    import asyncio
-
     key = "msk_wrong_key_value_12345"
     env = {
         **os.environ,
@@ -209,3 +208,31 @@ async def test_keys_never_in_mcp_or_mem0_responses_or_logs(gateway, tenant, capl
         for p in [k[4:][i : i + 8] for i in range(len(k) - 11)]:  # "msk_" is public
             assert all(p not in s for s in seen), "a response holds part of a key"
             assert p not in logs, "a log line holds part of a key"
+
+
+async def test_memstream_mcp_identity_from_arguments(gateway, tenant) -> None:  # type: ignore[no-untyped-def]
+    """Without a key (keys not required on this bus), `--tenant` and `--user` are the
+    identity: what the tools store is that owner's; with no owner configured it exits 2."""
+    env = {
+        "MEMSTREAM_NATS_URL": gateway.running.nats_url,
+        "MEMSTREAM_NAMESPACE": gateway.running.settings.namespace,
+    }
+    args = ["mcp", "--tenant", tenant, "--user", "hal"]
+    params = StdioServerParameters(command=MEMSTREAM, args=args, env=env)
+    async with Client(params, read_timeout_seconds=60) as client:
+        stored = await call(client, "add_memory", text="Hal parks on level 3")
+    async with gateway.running.client(tenant, user="hal") as hal:
+        assert (await hal.get(stored["memory"]["id"])).content == "Hal parks on level 3"
+
+    proc = await asyncio.create_subprocess_exec(
+        MEMSTREAM,
+        "mcp",
+        "--tenant",
+        tenant,
+        env={**os.environ, **env},
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    _, err = await asyncio.wait_for(proc.communicate(), 60)
+    assert proc.returncode == 2 and b"a user or agent" in err
