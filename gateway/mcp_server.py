@@ -26,13 +26,20 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp.types import ToolAnnotations
-from pydantic import BaseModel, Field, StringConstraints
+from pydantic import BaseModel, Field, StringConstraints, ValidationError
 from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from memstream.gateway import filters as flt
-from memstream.gateway.errors import ApiError, error_response, from_service, unauthorized
+from memstream.gateway.errors import (
+    ApiError,
+    error_response,
+    field_errors,
+    from_service,
+    unauthorized,
+)
 from memstream.gateway.identity import KeyResolver
+from memstream.gateway.models import has_nul
 from memstream.producers.client import MemoryClient, MemoryClientError
 from memstream.producers.progress import wait_processed
 from memstream.schemas.memory import MemoryRecord, MemoryType
@@ -138,6 +145,8 @@ def build_server(resolve: Resolve, flush_timeout_s: float = 30.0) -> MCPServer:
     ) -> dict[str, Any]:
         if (text is None) == (messages is None):
             raise ToolError("validation_error: pass either text or messages")
+        if has_nul(text) or has_nul([m.content for m in messages or []]):
+            raise ToolError("validation_error: text must not contain NUL characters")
         mem = await owner(ctx)
         try:
             if text is not None:
@@ -154,6 +163,8 @@ def build_server(resolve: Resolve, flush_timeout_s: float = 30.0) -> MCPServer:
             return out
         except MemoryClientError as exc:
             raise _tool_error(exc) from None
+        except ValidationError as exc:  # the turn's own rules (no values in the message)
+            raise ToolError(f"validation_error: {field_errors(exc.errors())}") from None
 
     @server.tool(
         description=(

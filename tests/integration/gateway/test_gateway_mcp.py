@@ -146,6 +146,10 @@ async def test_mcp_http_identity_is_the_key(gateway, tenant) -> None:  # type: i
         assert stored["memory"]["id"] not in [m["id"] for m in found["memories"]]
         res = await client.call_tool("get_memory", {"memory_id": stored["memory"]["id"]})
         assert res.is_error and "not_found" in res.content[0].text
+        res = await client.call_tool("add_memory", {"text": "bad\x00text"})
+        assert res.is_error and "validation_error" in res.content[0].text
+        res = await client.call_tool("add_memory", {})
+        assert res.is_error and "either text or messages" in res.content[0].text
         # an argument naming another owner is not a parameter: ignored, the key's owner holds
         smuggled = await call(client, "add_memory", text="Gina's bus pass is blue", user="frank")
         assert (await call(client, "get_memory", memory_id=smuggled["memory"]["id"]))["memory"]
