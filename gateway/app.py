@@ -15,6 +15,7 @@ from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
+from starlette.routing import Route
 
 from memstream.gateway import errors
 from memstream.gateway.identity import KeyResolver
@@ -49,7 +50,8 @@ def create_app(config: GatewayConfig | None = None) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        yield
+        async with app.state.mcp_sessions.run():
+            yield
         await app.state.client.close()
 
     app = FastAPI(
@@ -84,11 +86,19 @@ def create_app(config: GatewayConfig | None = None) -> FastAPI:
     async def healthz(request: Request) -> JSONResponse:
         return await health(request.app.state.client)
 
-    from memstream.gateway import agent_memory, memories, v1
+    from memstream.gateway import agent_memory, mem0, memories, v1
 
     app.include_router(memories.router)
     app.include_router(v1.router)
     app.include_router(agent_memory.router)
+    app.include_router(mem0.router)  # last: its catch-alls answer Mem0 paths it does not serve
+    from memstream.gateway import mcp_server
+
+    endpoint, app.state.mcp_sessions = mcp_server.http_app(
+        app.state.resolver, client, cfg.flush_timeout_s
+    )
+    # MCP over Streamable HTTP (an ASGI endpoint: every method, the transport decides)
+    app.router.routes.append(Route("/mcp", endpoint, include_in_schema=False))
     return app
 
 

@@ -259,3 +259,33 @@ async def test_memories_pages_keep_room_for_in_place_updates(running) -> None:
             "SELECT reloptions FROM pg_class WHERE oid = 'memories'::regclass"
         )
     assert "fillfactor=90" in (options or [])
+
+
+async def test_update_keeps_the_id_redacts_reindexes_and_history_records_it(running) -> None:  # type: ignore[no-untyped-def]
+    """update: same id, new text redacted and found by recall (the old text no longer is);
+    history lists stored then updated; another owner gets not_found; a fact is refused; writing
+    the edited text again is a memory of its own, not a unique-key collision."""
+    async with running.client("acme", user="ann") as ann:
+        m = await ann.remember("My gym is on Elm Street")
+        reply = await ann.command("update", id=m.id, content="My gym moved; write gym@example.org")
+        new = reply.memory
+        assert new is not None and new.id == m.id and "gym@example.org" not in new.content
+        assert "[EMAIL:" in new.content and new.content_hash.endswith(f"@{m.id}")
+        hits = (await ann.recall("where did my gym move?", top_k=3)).hits
+        assert hits and hits[0].id == m.id and "moved" in hits[0].text
+        assert all("Elm Street" not in h.text for h in (await ann.recall("Elm Street")).hits)
+        events = (await ann.command("history", id=m.id)).detail["events"]
+        assert [e["kind"] for e in events] == ["stored", "updated"]
+        fact = (await ann.fact_put("user:city", "Oslo")).memory
+        assert fact is not None
+        with pytest.raises(CommandError) as err:
+            await ann.command("update", id=fact.id, content="Bergen")
+        assert err.value.code.value == "bad_request"
+        again = await ann.remember(new.content)  # same owner, type and text as the edit
+        assert again.id != m.id and again.content == new.content  # a memory of its own
+        assert (await ann.get(m.id)).content == new.content
+    async with running.client("acme", user="bob") as bob:
+        for verb, extra in (("update", {"content": "hijacked"}), ("history", {})):
+            with pytest.raises(CommandError) as err:
+                await bob.command(verb, id=m.id, **extra)
+            assert err.value.code.value == "not_found"
