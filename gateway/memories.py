@@ -46,13 +46,12 @@ from pydantic import (
     BaseModel,
     Field,
     StringConstraints,
-    ValidationError,
     field_validator,
     model_validator,
 )
 
 from memstream.gateway import filters as flt
-from memstream.gateway.errors import ApiError, ErrorBody, field_errors, forbidden
+from memstream.gateway.errors import ApiError, ErrorBody, forbidden
 from memstream.gateway.identity import Identity, identity_of, root_client
 from memstream.gateway.models import Body, ChatSession, Id
 from memstream.producers.client import MemoryClient, PublishError
@@ -401,28 +400,25 @@ async def add(
 ) -> AddResponse:
     """Accept one conversation turn; answers once it is durable in JetStream (seed 000)."""
     ident, mem = await _caller(request, req)
-    try:
-        event = TurnEvent(
-            event_id=_event_id(ident, mem, req, idempotency_key),
-            tenant=ident.tenant,
-            app=req.app_id,
-            project=req.project_id,
-            user=mem.user,
-            agent=mem.agent,
-            session=req.session_id,
-            messages=[
-                Message(
-                    role=Role(m.role),
-                    content=m.content,
-                    timestamp=datetime.fromtimestamp(m.timestamp / 1000, UTC),
-                    sender=m.sender_id,
-                )
-                for m in req.messages
-            ],
-            occurred_at=datetime.fromtimestamp(req.messages[-1].timestamp / 1000, UTC),
-        )
-    except ValidationError as exc:  # e.g. a control character in an id: not an identifier
-        raise ApiError(422, "validation_error", field_errors(exc.errors())) from None
+    event = TurnEvent(
+        event_id=_event_id(ident, mem, req, idempotency_key),
+        tenant=ident.tenant,
+        app=req.app_id,
+        project=req.project_id,
+        user=mem.user,
+        agent=mem.agent,
+        session=req.session_id,
+        messages=[
+            Message(
+                role=Role(m.role),
+                content=m.content,
+                timestamp=datetime.fromtimestamp(m.timestamp / 1000, UTC),
+                sender=m.sender_id,
+            )
+            for m in req.messages
+        ],
+        occurred_at=datetime.fromtimestamp(req.messages[-1].timestamp / 1000, UTC),
+    )
     try:
         res = await mem.publish(event)
     except PublishError as exc:

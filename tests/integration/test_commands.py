@@ -261,7 +261,7 @@ async def test_memories_pages_keep_room_for_in_place_updates(running) -> None:
     assert "fillfactor=90" in (options or [])
 
 
-async def test_update_keeps_the_id_redacts_reindexes_and_history_records_it(running) -> None:  # type: ignore[no-untyped-def]
+async def test_update_keeps_the_id_redacts_reindexes_and_history_records_it(running) -> None:
     """update: same id, new text redacted and found by recall (the old text no longer is);
     history lists stored then updated; another owner gets not_found; a fact is refused; writing
     the edited text again is a memory of its own, not a unique-key collision."""

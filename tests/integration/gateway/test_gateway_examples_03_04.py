@@ -22,7 +22,7 @@ EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 PLACEHOLDER = "msk_REPLACE_WITH_YOUR_KEY"
 
 
-async def test_04_mem0_client_example(gateway, tenant) -> None:  # type: ignore[no-untyped-def]
+async def test_04_mem0_client_example(gateway, tenant) -> None:
     """04_mem0_client.py: add, search (polled until processed), update, history, delete."""
     key = await gateway.key(tenant, user="alice")
     env = {
@@ -49,7 +49,7 @@ async def test_04_mem0_client_example(gateway, tenant) -> None:  # type: ignore[
     assert key[4:] not in text + err.decode()
 
 
-async def test_03_mcp_config_example(gateway, tenant) -> None:  # type: ignore[no-untyped-def]
+async def test_03_mcp_config_example(gateway, tenant) -> None:
     """03_mcp_config.json: both entries, with the key and addresses filled in, serve the tools
     to the SDK's client (stdio spawns `memstream mcp`; http talks to /mcp)."""
     key = await gateway.key(tenant, user="ivy")

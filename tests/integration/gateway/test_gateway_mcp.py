@@ -106,14 +106,14 @@ async def round_trip(client: Any, word: str) -> None:
     assert not {mid, *cat_ids} & {m["id"] for m in after["memories"]}
 
 
-async def test_mcp_over_streamable_http(gateway, tenant) -> None:  # type: ignore[no-untyped-def]
+async def test_mcp_over_streamable_http(gateway, tenant) -> None:
     """The SDK client over Streamable HTTP at /mcp with a Bearer key: the full round trip."""
     key = await gateway.key(tenant, user="dana")
     async with http_client(gateway, key) as client:
         await round_trip(client, "teal")
 
 
-async def test_mcp_over_stdio(gateway, tenant) -> None:  # type: ignore[no-untyped-def]
+async def test_mcp_over_stdio(gateway, tenant) -> None:
     """The SDK client spawning `memstream mcp` (identity from its environment): the full
     round trip."""
     key = await gateway.key(tenant, user="erin")
@@ -121,7 +121,7 @@ async def test_mcp_over_stdio(gateway, tenant) -> None:  # type: ignore[no-untyp
         await round_trip(client, "ochre")
 
 
-async def test_mcp_http_identity_is_the_key(gateway, tenant) -> None:  # type: ignore[no-untyped-def]
+async def test_mcp_http_identity_is_the_key(gateway, tenant) -> None:
     """No key or a wrong key: 401 JSON before MCP; a tenant-wide key: 403; each key's tools
     see only that key's owner; facts keep their versions."""
     r = await gateway.http.post("/mcp", json={"jsonrpc": "2.0", "id": 1, "method": "ping"})
@@ -158,7 +158,7 @@ async def test_mcp_http_identity_is_the_key(gateway, tenant) -> None:  # type: i
         assert res.is_error and "not_found" in res.content[0].text
 
 
-async def test_memstream_mcp_refuses_a_wrong_key(gateway) -> None:  # type: ignore[no-untyped-def]
+async def test_memstream_mcp_refuses_a_wrong_key(gateway) -> None:
     """`memstream mcp` with a key that is not valid exits 2 at start, without printing it."""
     key = "msk_wrong_key_value_12345"
     env = {
@@ -180,7 +180,7 @@ async def test_memstream_mcp_refuses_a_wrong_key(gateway) -> None:  # type: igno
     assert b"memstream mcp:" in err and key[4:].encode() not in out + err
 
 
-async def test_keys_never_in_mcp_or_mem0_responses_or_logs(gateway, tenant, caplog, capfd) -> None:  # type: ignore[no-untyped-def]
+async def test_keys_never_in_mcp_or_mem0_responses_or_logs(gateway, tenant, caplog, capfd) -> None:
     """Right, wrong and over-long keys on /mcp and the Mem0 routes, and a failing tool call: no
     response, header or log line holds any 8-character piece of a key."""
     caplog.set_level(logging.DEBUG)
@@ -214,7 +214,7 @@ async def test_keys_never_in_mcp_or_mem0_responses_or_logs(gateway, tenant, capl
             assert p not in logs, "a log line holds part of a key"
 
 
-async def test_memstream_mcp_identity_from_arguments(gateway, tenant) -> None:  # type: ignore[no-untyped-def]
+async def test_memstream_mcp_identity_from_arguments(gateway, tenant) -> None:
     """Without a key (keys not required on this bus), `--tenant` and `--user` are the
     identity: what the tools store is that owner's; with no owner configured it exits 2."""
     env = {

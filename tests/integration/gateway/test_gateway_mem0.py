@@ -38,7 +38,7 @@ async def sync_client(gateway: Any, key: str) -> MemoryClient:
     return await asyncio.to_thread(MemoryClient, api_key=key, host=gateway.url)
 
 
-async def test_memory_client_round_trip(gateway, tenant) -> None:  # type: ignore[no-untyped-def]
+async def test_memory_client_round_trip(gateway, tenant) -> None:
     """MemoryClient: init (ping), add, search finds it once processed, get, update keeps the
     id, history shows ADD then UPDATE, delete makes it not found, delete_all empties get_all."""
     key = await gateway.key(tenant, user="alice")
@@ -85,7 +85,7 @@ async def test_memory_client_round_trip(gateway, tenant) -> None:  # type: ignor
     assert page == {"count": 0, "next": None, "previous": None, "results": []}
 
 
-async def test_async_memory_client_round_trip(gateway, tenant) -> None:  # type: ignore[no-untyped-def]
+async def test_async_memory_client_round_trip(gateway, tenant) -> None:
     """AsyncMemoryClient: the same calls, answered the same way."""
     key = await gateway.key(tenant, user="bob")
     c = await asyncio.to_thread(AsyncMemoryClient, api_key=key, host=gateway.url)
@@ -114,7 +114,7 @@ async def test_async_memory_client_round_trip(gateway, tenant) -> None:  # type:
     await c.async_client.aclose()
 
 
-async def test_filters_pagination_threshold_and_infer_false(gateway, tenant) -> None:  # type: ignore[no-untyped-def]
+async def test_filters_pagination_threshold_and_infer_false(gateway, tenant) -> None:
     """infer=False stores each message now; get_all pages; OR over two agents of one user
     reads both owners; a threshold of 1.0 keeps nothing; run_id scopes a delete_all."""
     key = await gateway.key(tenant)  # a tenant-wide service key names owners itself
@@ -167,7 +167,7 @@ async def test_filters_pagination_threshold_and_infer_false(gateway, tenant) -> 
     assert runs["count"] == 0 and kept["count"] == 1  # the run's memories only
 
 
-async def test_owner_binding_and_errors(gateway, tenant) -> None:  # type: ignore[no-untyped-def]
+async def test_owner_binding_and_errors(gateway, tenant) -> None:
     """A key bound to alice cannot read or erase bob's; a wrong key fails at init; unserved
     calls are 501 and unsupported filter operators 422, with code and message."""
     alice = await gateway.key(tenant, user="alice")
