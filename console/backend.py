@@ -17,7 +17,7 @@ import uuid
 from collections import deque
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import nats
 from nats.errors import Error as NatsError
@@ -26,12 +26,14 @@ from nats.errors import TimeoutError as NatsTimeout
 from nats.js.api import ConsumerConfig, DeliverPolicy
 from pydantic import ValidationError
 
-from memstream.pipeline.redact import Redacts
 from memstream.schemas.commands import VERBS, CommandReply
 from memstream.schemas.errors import ErrorReply
 from memstream.schemas.memory import MemoryEvent
 from memstream.schemas.recall import RecallReply, RecallRequest
 from memstream.schemas.settings import Settings
+
+if TYPE_CHECKING:  # a type only: the gateway mounts the console without the pipeline installed
+    from memstream.pipeline.redact import Redacts
 from memstream.schemas.subjects import (
     DLQ_DELIVERIES_HEADER,
     DLQ_REASON_HEADER,
