@@ -1,6 +1,6 @@
 from setuptools import find_packages, setup
 
-FOLDERS = ["producers", "consumers", "pipeline", "storage", "schemas", "gateway"]
+FOLDERS = ["producers", "consumers", "pipeline", "storage", "schemas", "gateway", "console"]
 package_dir = {f"memstream.{f}": f for f in FOLDERS}
 packages = [
     p

@@ -20,7 +20,7 @@ from faststream.nats import JStream, NatsBroker, PullSub
 from faststream.nats.annotations import NatsMessage
 from pydantic import ValidationError
 
-from memstream.consumers import deletions, indexing, topology
+from memstream.consumers import deletions, indexing, opsstats, topology
 from memstream.consumers.auth import Authenticator
 from memstream.consumers.busauth import safe_reply
 from memstream.consumers.cache import RecallCache
@@ -55,13 +55,6 @@ def reconnect_forever(closed: Any) -> dict[str, Any]:
     }
 
 
-def _sanitized(exc: ValidationError) -> str:
-    """Field paths and messages only: never the input values (they may hold secrets)."""
-    return "; ".join(
-        f"{'.'.join(map(str, e['loc'])) or '<root>'}: {e['msg']}" for e in exc.errors()[:5]
-    )
-
-
 @dataclass
 class Worker:
     settings: Settings
@@ -79,6 +72,8 @@ class Worker:
     _reconciler: asyncio.Task[None] | None = field(init=False, default=None)
     _tasks: set[asyncio.Task[Any]] = field(init=False, default_factory=set)
     _recall_sub: Any = field(init=False, default=None)
+    _stats_sub: Any = field(init=False, default=None)
+    _redact_sub: Any = field(init=False, default=None)
     _recall_slots: asyncio.Semaphore = field(
         init=False, default_factory=lambda: asyncio.Semaphore(64)
     )
@@ -153,6 +148,8 @@ class Worker:
             self._whoami_handler()
         )
         await self.broker.start()
+        self._stats_sub = await opsstats.answer(self, self._nc)
+        self._redact_sub = await opsstats.answer_redact(self, self._nc)
         self._reconciler = asyncio.create_task(self._reconcile_forever())
         log.info(
             "worker.started",
@@ -335,6 +332,9 @@ class Worker:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._reconciler
         closed = self._nc is None or self._nc.is_closed  # lost: nothing left to drain
+        for sub in (self._stats_sub, self._redact_sub):
+            if sub is not None and not closed:
+                await sub.unsubscribe()
         if self._recall_sub is not None and not closed:
             await self._recall_sub.drain()
         await self.broker.stop()

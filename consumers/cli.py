@@ -14,10 +14,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     from memstream.consumers.keys import register as register_keys
     from memstream.consumers.ops import register as register_ops
     from memstream.consumers.run import register as register_run
+    from memstream.consumers.webconsole import register as register_console
 
     register_run(sub)
     register_bench(sub)
     register_ops(sub)
     register_keys(sub)
     register_dlq(sub)
+    register_console(sub)
     register_creds(sub)

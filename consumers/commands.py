@@ -35,10 +35,12 @@ from memstream.schemas.commands import (
     PendingReviewRequest,
     RememberRequest,
     SessionRequest,
+    UpdateRequest,
     WhoamiRequest,
 )
 from memstream.schemas.commands import CommandReply as Reply
 from memstream.schemas.errors import (
+    DataRejected,
     ErrorCode,
     MemstreamError,
     NotFound,
@@ -88,6 +90,8 @@ class CommandService:
             "remember": self.remember,
             "get": self.get,
             "list": self.list,
+            "update": self.update,
+            "history": self.history,
             "pin": self.pin,
             "unpin": self.unpin,
             "forget": self.forget,
@@ -258,6 +262,53 @@ class CommandService:
         rows = await self.deps.pg.list_memories(flt, limit=r.limit + 1, offset=r.offset)
         more = len(rows) > r.limit
         return Reply(memories=rows[: r.limit], next_offset=r.offset + r.limit if more else None)
+
+    async def update(self, r: UpdateRequest) -> Reply:
+        """New text for one of the caller's own memories: redacted like any write, same id,
+        re-indexed now (or by the reconciler when the index does not answer)."""
+        flt = owner_filter(r)
+        old = await self.deps.pg.get(flt, r.id)
+        if old is None:
+            raise NotFound("no such memory")
+        if old.fact_key is not None:  # a versioned fact changes by fact_update, not in place
+            raise DataRejected("a fact changes with fact_update, not in place")
+        c = Candidate(
+            candidate_id=derived_id(r.tenant, r.id, r.content, "update"),
+            owner=Owner(tenant=r.tenant, user=r.user, agent=r.agent),
+            session=old.session,
+            type=old.type,
+            scope=old.scope,
+            content=r.content,
+            source_event_id=f"update:{r.id}",
+            occurred_at=self.deps.clock(),
+            metadata=r.metadata if r.metadata is not None else {},
+        )
+        c = await offload(len(r.content), _redact_candidate, self.deps, c)
+        m = await self.deps.pg.update_content(
+            flt,
+            r.id,
+            c.content,
+            dedupe.key(c).content_hash,
+            c.metadata if r.metadata is not None else None,
+            c.redactions,
+        )
+        if m is None:
+            raise NotFound("no such memory")
+        await self._index(m.id, c)
+        await self._emit("updated", r, m.id, f"{m.content_hash}:{m.updated_at.isoformat()}", m.type)
+        return Reply(memory=await self.deps.pg.get(flt, m.id))
+
+    async def history(self, r: IdRequest) -> Reply:
+        """The audit trail of one memory the caller may read, oldest first: what happened and
+        when (``detail.events``: kind, at); the audit holds no content."""
+        m = await self.deps.pg.get(read_filter(r), r.id)
+        if m is None:
+            raise NotFound("no such memory")
+        events = [
+            {"kind": e["kind"], "at": e["at"].isoformat()}
+            for e in await self.deps.pg.events_for(r.tenant, r.id)
+        ]
+        return Reply(memory=m, detail={"events": events})
 
     async def _pin(self, r: IdRequest, pinned: bool) -> Reply:
         m = await self.deps.pg.set_pinned(owner_filter(r), r.id, pinned)

@@ -42,7 +42,8 @@ def belongs_to(
         return False
     if not isinstance(data, dict):
         return False
-    owner = data.get("owner") if isinstance(data.get("owner"), dict) else data
+    nested = data.get("owner")
+    owner: dict[str, Any] = nested if isinstance(nested, dict) else data
     if owner.get("tenant") != tenant:
         return False
     if owner.get("user") != user or owner.get("agent") != agent:
@@ -58,7 +59,7 @@ async def dead_letters(js: Any, s: Subjects, stage: str | None, limit: int) -> l
 async def stored(js: Any, stream: str, subject: str, limit: int) -> list[Any]:
     """Up to ``limit`` messages of ``stream`` on ``subject`` (oldest first), unconsumed."""
     sub = await js.subscribe(subject, stream=stream, ordered_consumer=True)
-    out = []
+    out: list[Any] = []
     try:
         while len(out) < limit:
             try:

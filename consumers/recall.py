@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections import deque
 from collections.abc import Awaitable, Mapping, Sequence
 from typing import Any, TypeVar
 
@@ -149,6 +150,8 @@ class RecallService:
         self._flusher: asyncio.Task[None] | None = None
         self.served = 0
         self.failed = 0
+        # server time of the latest recalls, for the console's p50/p95 (memstream.console)
+        self.latencies_ms: deque[float] = deque(maxlen=512)
 
     async def _dense(
         self, req: RecallRequest, vflt: VectorFilter, n: int, spent: dict[str, float]
@@ -285,6 +288,7 @@ class RecallService:
         if hits and touch:
             self._touch(req.tenant, [h.id for h in hits])
         done = time.perf_counter()
+        self.latencies_ms.append((done - started) * 1000)
         return RecallReply(
             hits=hits,
             method=req.method,

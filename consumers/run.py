@@ -214,6 +214,9 @@ async def serve(settings: Settings, announce: bool, dev_key: bool = False) -> in
             ops = await serve_http(worker, settings.ops_host, settings.ops_port)
         except OSError:  # port taken: a second worker on this host; take any free one
             ops = await serve_http(worker, settings.ops_host, 0)
+    from memstream.consumers import webconsole
+
+    console = await webconsole.start(settings, stack.nats_url, worker.redactor, dev=announce)
     ops_url = (
         f"http://{settings.ops_host}:{ops.sockets[0].getsockname()[1]}/metrics"
         if ops
@@ -232,6 +235,8 @@ async def serve(settings: Settings, announce: bool, dev_key: bool = False) -> in
         found["gateway_url"] = gateway.url
     if not settings.database_url:  # the embedded database: loopback, no password
         found["database_url"] = stack.database_url
+    if console is not None:
+        found["console_url"] = console.url
     write_stack(settings.state_dir, found)
     if announce:
         where = "embedded" if stack.embedded else "configured"
@@ -244,6 +249,7 @@ async def serve(settings: Settings, announce: bool, dev_key: bool = False) -> in
             f"  metrics   {ops_url}\n"
             f"  gateway   {gateway.url if gateway else 'disabled'}"
             f"{'   (API docs: ' + gateway.url + '/docs)' if gateway else ''}\n"
+            f"  console   {_console_line(console)}\n"
             + (_bus_auth_hint(settings) if settings.embedded_bus_auth else _try_hint())
             + "Ctrl-C stops everything.",
             flush=True,
@@ -260,6 +266,8 @@ async def serve(settings: Settings, announce: bool, dev_key: bool = False) -> in
         ops.close()
     if gateway is not None:
         await gateway.stop()
+    if console is not None:
+        await console.stop()
     if code:
         with contextlib.suppress(Exception):  # the connections are gone: stop what can be
             await asyncio.wait_for(worker.stop(), 15)
@@ -272,6 +280,13 @@ async def serve(settings: Settings, announce: bool, dev_key: bool = False) -> in
         remove_stack(settings.state_dir)
     print("stopped.", flush=True)
     return code
+
+
+def _console_line(console: Any) -> str:
+    if console is None:
+        return "disabled (set MEMSTREAM_CONSOLE_TOKEN)"
+    where = f"token in {console.token_file}" if console.token_file else "MEMSTREAM_CONSOLE_TOKEN"
+    return f"{console.url}   (log in with the {where})"
 
 
 def _try_hint() -> str:

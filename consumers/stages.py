@@ -39,6 +39,7 @@ from memstream.schemas.memory import SHARED_SCOPES, Candidate, MemoryEvent, Owne
 from memstream.schemas.settings import Settings
 from memstream.schemas.subjects import (
     DLQ_BODY_HEADER,
+    DLQ_DELIVERIES_HEADER,
     DLQ_REASON_HEADER,
     DLQ_STAGE_HEADER,
     DLQ_SUBJECT_HEADER,
@@ -197,6 +198,7 @@ class StageRunner:
         seq = raw.metadata.sequence.stream if raw.metadata else 0
         headers = {
             DLQ_REASON_HEADER: reason[:1000],
+            DLQ_DELIVERIES_HEADER: str(raw.metadata.num_delivered if raw.metadata else 1),
             DLQ_STAGE_HEADER: self.name,
             DLQ_SUBJECT_HEADER: raw.subject,
             MSG_ID_HEADER: f"dlq:{self.name}:{raw.subject}:{seq}",

@@ -36,14 +36,13 @@ from pydantic import BaseModel, Field, StringConstraints, TypeAdapter, Validatio
 
 from memstream.gateway.errors import ApiError, ErrorBody, field_errors
 from memstream.gateway.identity import BearerIdentity, Root
-from memstream.gateway.models import Body
+from memstream.gateway.models import Body, Id
 from memstream.producers.client import MemoryClient
 from memstream.schemas.memory import MemoryRecord, MemoryType, Scope
 from memstream.schemas.recall import Method
 
 router = APIRouter(prefix="/api/agent-memory", tags=["agent memory (seed 004)"])
 
-Id = Annotated[str, StringConstraints(min_length=1, max_length=200)]
 Tier = Literal["task_blueprint", "skill_heuristic", "domain_pattern", "lesson_learned"]
 Text = Annotated[str, StringConstraints(min_length=1, max_length=10_000)]
 NEAR_DUPLICATE_COSINE = 0.9

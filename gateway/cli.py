@@ -78,9 +78,51 @@ async def _serve(a: argparse.Namespace) -> int:
     return 0
 
 
+async def _mcp(a: argparse.Namespace) -> int:
+    import os
+    import sys
+
+    from memstream.gateway.mcp_server import serve_stdio, stdio_client
+    from memstream.producers.client import MemoryClientError
+
+    settings = Settings()
+    env = os.environ.get
+    try:
+        mem = await stdio_client(
+            a.tenant or env("MEMSTREAM_MCP_TENANT"),
+            a.user or env("MEMSTREAM_MCP_USER"),
+            a.agent or env("MEMSTREAM_MCP_AGENT"),
+            a.api_key or env("MEMSTREAM_API_KEY"),
+            settings.nats_url or discover_nats_url(a.state_dir or settings.state_dir),
+            settings.namespace,
+        )
+    except (ValueError, MemoryClientError) as exc:  # sanitized: never the key
+        print(f"memstream mcp: {exc}", file=sys.stderr)
+        return 2
+    await serve_stdio(mem, settings.gateway_flush_timeout_s)
+    return 0
+
+
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("gateway", help="serve the HTTP gateway (the seeds' routes) over NATS")
     p.add_argument("--host", default=None, help="default: MEMSTREAM_GATEWAY_HOST or 127.0.0.1")
     p.add_argument("--port", type=int, default=None, help="default: MEMSTREAM_GATEWAY_PORT or 8010")
     p.add_argument("--state-dir", default=None, help="where `memstream dev` wrote stack.json")
     p.set_defaults(func=lambda a: asyncio.run(_serve(a)))
+
+    m = sub.add_parser(
+        "mcp",
+        help="serve memory tools to an MCP client over stdio (docs/integrations.md)",
+        description="The MCP server on stdin/stdout. The identity is this configuration, never "
+        "a tool argument. With a key (MEMSTREAM_API_KEY), the key decides tenant and owner.",
+    )
+    m.add_argument("--tenant", default=None, help="default: MEMSTREAM_MCP_TENANT")
+    m.add_argument("--user", default=None, help="default: MEMSTREAM_MCP_USER")
+    m.add_argument("--agent", default=None, help="default: MEMSTREAM_MCP_AGENT")
+    m.add_argument(
+        "--api-key",
+        default=None,
+        help="default: MEMSTREAM_API_KEY (prefer the variable: arguments show in `ps`)",
+    )
+    m.add_argument("--state-dir", default=None, help="where `memstream dev` wrote stack.json")
+    m.set_defaults(func=lambda a: asyncio.run(_mcp(a)))

@@ -12,7 +12,7 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from memstream.gateway.logs import log
@@ -100,6 +100,12 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(RequestValidationError)
     async def _validation(_: Request, exc: RequestValidationError) -> JSONResponse:
+        return error_response(422, "validation_error", field_errors(exc.errors()))
+
+    @app.exception_handler(ValidationError)
+    async def _wire(_: Request, exc: ValidationError) -> JSONResponse:
+        # a request the route accepted but the wire model refused: the client's input is at
+        # fault, so a 422 naming the fields (never their values), not a 500
         return error_response(422, "validation_error", field_errors(exc.errors()))
 
     @app.exception_handler(StarletteHTTPException)

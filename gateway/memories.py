@@ -53,7 +53,7 @@ from pydantic import (
 from memstream.gateway import filters as flt
 from memstream.gateway.errors import ApiError, ErrorBody, forbidden
 from memstream.gateway.identity import Identity, identity_of, root_client
-from memstream.gateway.models import Body
+from memstream.gateway.models import Body, ChatSession, Id
 from memstream.producers.client import MemoryClient, PublishError
 from memstream.producers.progress import progress, turns_after, wait_processed
 from memstream.schemas.events import Message, Role, TurnEvent
@@ -63,8 +63,6 @@ from memstream.schemas.recall import Hit, Method
 
 router = APIRouter(tags=["memories (seeds 000, 003)"])
 
-Id = Annotated[str, StringConstraints(min_length=1, max_length=200)]
-ChatSession = Annotated[str, StringConstraints(min_length=6, max_length=200, pattern=r"^chat:.+")]
 SeedScope = Literal["current_chat", "resources", "all_user_memory"]
 SeedType = Literal["episode", "profile", "agent_case", "agent_skill", "unprocessed_message"]
 

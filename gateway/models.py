@@ -4,9 +4,18 @@ such input is a 422 here, not a failure further down)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, model_validator
+from pydantic import BaseModel, ConfigDict, StringConstraints, model_validator
+
+from memstream.schemas.events import Ident
+
+# Identifiers follow the wire schema's rule (no control characters, 1..200): a value the
+# gateway accepts must also build the turn or command it is sent as.
+Id = Ident
+ChatSession = Annotated[
+    str, StringConstraints(min_length=6, max_length=200, pattern=r"^chat:[^\x00-\x1f\x7f-\x9f]+$")
+]
 
 
 def has_nul(value: Any, depth: int = 0) -> bool:

@@ -35,14 +35,13 @@ from pydantic import BaseModel, Field, StringConstraints
 
 from memstream.gateway.errors import ApiError, ErrorBody, not_found
 from memstream.gateway.identity import BearerIdentity, Identity, Root
-from memstream.gateway.models import Body
+from memstream.gateway.models import Body, Id
 from memstream.producers.client import CommandError, MemoryClient
 from memstream.schemas.errors import ErrorCode
 from memstream.schemas.memory import MemoryRecord, MemoryType, Scope
 
 router = APIRouter(prefix="/api/v1/memory", tags=["memory gateway (seed 002)"])
 
-Id = Annotated[str, StringConstraints(min_length=1, max_length=200)]
 ClientId = Annotated[int, Field(ge=0, le=2**63 - 1)] | Id
 Unit = Annotated[float, Field(ge=0, le=1)]
 Scalar = str | int | float | bool | None
@@ -274,7 +273,7 @@ async def _fact_response(
 
 @router.post("/facts/{fact_id}/update", response_model=FactResponse, responses=ERRORS)
 async def update_fact(
-    fact_id: Annotated[str, StringConstraints(min_length=1, max_length=200)],
+    fact_id: Id,
     req: FactUpdateRequest,
     ident: BearerIdentity,
     root: Root,
@@ -302,7 +301,7 @@ async def update_fact(
 
 @router.post("/runs/{run_id}/end", response_model=RunEndResponse, responses=ERRORS)
 async def end_run(
-    run_id: Annotated[str, StringConstraints(min_length=1, max_length=200)],
+    run_id: Id,
     request: Request,
     ident: BearerIdentity,
     root: Root,

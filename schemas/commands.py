@@ -51,9 +51,18 @@ class RememberRequest(Caller):
 
 
 class IdRequest(Caller):
-    """get, pin, unpin, forget."""
+    """get, history, pin, unpin, forget."""
 
     id: Ident
+
+
+class UpdateRequest(Caller):
+    """update: new text (and optionally metadata) for one of the caller's memories; the
+    memory keeps its id, is redacted and re-indexed."""
+
+    id: Ident
+    content: Annotated[Text, Field(min_length=1, max_length=50_000)]
+    metadata: Metadata | None = None
 
 
 class ListRequest(Caller):
@@ -130,6 +139,8 @@ VERBS: dict[str, type[Caller]] = {
     "remember": RememberRequest,
     "get": IdRequest,
     "list": ListRequest,
+    "update": UpdateRequest,
+    "history": IdRequest,
     "pin": IdRequest,
     "unpin": IdRequest,
     "forget": IdRequest,

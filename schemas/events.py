@@ -18,8 +18,6 @@ from pydantic import (
     field_validator,
 )
 
-SCHEMA_VERSION = 1
-
 # Ids are free text (any character is safe in subjects: see memstream.schemas.subjects) but
 # for control characters, which are refused: Postgres cannot store NUL, and the id functions
 # join parts with control separators (memstream.schemas.ids). Bounded so one event cannot

@@ -12,8 +12,6 @@ import unicodedata
 import uuid
 from typing import NewType
 
-TenantId = NewType("TenantId", str)
-EventId = NewType("EventId", str)
 MemoryId = NewType("MemoryId", str)
 
 _NAMESPACE = uuid.UUID("5b1f6f2e-8a2c-4d5e-9c1a-6d0f3e2b7a41")

@@ -98,6 +98,11 @@ class Settings(BaseSettings):
     log_level: str = "INFO"
     ops_host: str = "127.0.0.1"
     ops_port: int | None = 9464  # /metrics and /healthz; None disables, 0 picks a free port
+    # The web console (memstream.console): needs an operator token; `memstream dev` makes one
+    # when unset, `memstream worker` serves no console without it. None disables the port.
+    console_token: SecretStr | None = Field(default=None, min_length=16)
+    console_host: str = "127.0.0.1"
+    console_port: int | None = 9465
     # Recall responder: requests waiting or running at once (more are answered `unavailable`
     # at once), and the deadline of each (then `timeout`).
     recall_max_pending: int = Field(default=1024, ge=1)

@@ -27,6 +27,7 @@ DLQ_REASON_HEADER = "Memstream-Dlq-Reason"
 DLQ_STAGE_HEADER = "Memstream-Dlq-Stage"
 DLQ_SUBJECT_HEADER = "Memstream-Dlq-Subject"
 DLQ_BODY_HEADER = "Memstream-Dlq-Body"  # set when the body was too large to keep
+DLQ_DELIVERIES_HEADER = "Memstream-Dlq-Deliveries"  # deliveries before the stage gave up
 MSG_ID_HEADER = "Nats-Msg-Id"
 
 
@@ -138,6 +139,11 @@ class Subjects:
 
     def cmd(self, verb: str) -> str:
         return f"{self.prefix}.cmd.{verb}"
+
+    def ops(self, what: str) -> str:
+        """Core request-reply for operators (``stats``): every worker answers, no queue group,
+        outside every stream's subjects."""
+        return f"{self.prefix}.ops.{what}"
 
     def durable(self, stage_name: str) -> str:
         return f"{self.prefix}-{stage_name}"

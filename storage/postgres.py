@@ -687,6 +687,47 @@ class PgStore:
             await self._event(con, flt.tenant, memory_id, kind, self.clock().isoformat(), {})
         return _record(row)
 
+    async def update_content(
+        self,
+        flt: OwnerFilter,
+        memory_id: str,
+        content: str,
+        content_hash: str,
+        metadata: dict[str, Any] | None,
+        redactions: dict[str, int],
+    ) -> MemoryRecord | None:
+        """New (redacted) text for one of the caller's live memories, same id; the caller
+        rebuilds the index point (``indexed`` is reset). None when not the caller's.
+
+        The row's hash becomes ``<hash>@<id>``: an edited memory keeps its id, which is no
+        longer the one exact dedupe derives from its text, so it leaves the exact-dedupe key
+        (a later turn with the same text is a memory of its own, or a near-duplicate merge)."""
+        args: list[Any] = [memory_id, content, f"{content_hash}@{memory_id}"]
+        args.append(json.dumps(redactions))
+        meta_sql = ""
+        if metadata is not None:
+            args.append(json.dumps(metadata))
+            meta_sql = f", metadata = ${len(args)}::jsonb"
+        where = _where(flt, args, self.clock(), live=True)
+        async with self._transaction() as con:
+            row = await con.fetchrow(
+                f"UPDATE memories SET content = $2, content_hash = $3, redactions = $4::jsonb,"
+                f" indexed = false, updated_at = now(){meta_sql} WHERE id = $1 AND {where} "
+                f"AND fact_key IS NULL RETURNING {_COLUMNS}",
+                *args,
+            )
+            if row is None:
+                return None
+            await self._event(
+                con,
+                flt.tenant,
+                memory_id,
+                "updated",
+                f"{content_hash}:{self.clock().isoformat()}",
+                {"redactions": redactions},
+            )
+        return _record(row)
+
     async def tombstone(self, flt: OwnerFilter, memory_id: str) -> bool:
         """Forget one memory: tombstoned now, hidden from every read."""
         args: list[Any] = [memory_id, self.clock()]

@@ -40,10 +40,9 @@ ms, less than the thread hop's tail. Otherwise (exact scans of unindexed segment
 ms at 100k points) they go to a thread. Each search uses one engine thread
 (``search_threads=1``): with the engine's own pool, p95 was 2.3x p50 on 2 cores.
 
-Existing shards: ``ensure()`` on a shard of the previous version (no ``bm25``) adds the sparse
-vector in place; old points get one when upserted again. Points without the owner key
-fields (stored by earlier versions) get them when the shard is opened (~20 s per 100k points,
-once; their vectors are then re-indexed by the next ``optimize``).
+Existing shards: ``ensure()`` opens only a shard of this layout (dense vector, ``bm25`` without
+the engine's IDF modifier, owner key fields on every point); any other shard is refused with
+``ConfigurationError`` rather than answered wrongly: rebuild it from Postgres.
 
 qdrant_edge raises bare ``Exception`` for every failure. Calls into it are wrapped here, once:
 an incompatible or locked shard raises ``ConfigurationError``, anything else
@@ -86,8 +85,7 @@ __all__ = ["EdgeVectorIndex"]
 T = TypeVar("T")
 
 SPARSE_NAME = "bm25"
-# the owner key fields by what the filter names (``owner_key``); earlier versions stored one
-# list field "owner" of longer keys
+# the owner key fields by what the filter names (``owner_key``)
 OWNER_FIELDS = {"t": "o_t", "u": "o_u", "a": "o_a", "ua": "o_ua"}
 # the key of the point's exact owner (its own kind): own reads match the owner exactly, so a
 # user-only caller never sees the user's memories with an agent (``o_u`` holds both)
@@ -219,20 +217,6 @@ def edge_filter(flt: VectorFilter, may_expire: bool = True) -> qe.Filter:
     return qe.Filter(must=must, must_not=must_not or None)
 
 
-def idf_corpus(flt: VectorFilter, scope: IdfScope) -> qe.Filter | None:
-    """The points BM25's IDF is computed over: the tenant (default), the tenant narrowed to
-    the owner (user and/or agent) the filter names, or the whole collection (``None``).
-    Session, type, time and tag filters never change the statistics."""
-    if scope == "collection":
-        return None
-    must: list[Any] = [_match("tenant", flt.tenant)]
-    if scope == "owner":
-        for key, value in (("user", flt.user), ("agent", flt.agent)):
-            if value is not None:
-                must.append(_match(key, value))
-    return qe.Filter(must=must)
-
-
 def _record(payload: dict[str, Any] | None) -> Record:
     record = (payload or {}).get("record")
     return record if isinstance(record, dict) else {}
@@ -277,7 +261,7 @@ class EdgeVectorIndex:
         self.hnsw_ef = hnsw_ef
         self.search_threads = search_threads
         self.quantize = quantize
-        self._stats: TermStats | None = None  # None: the engine applies IDF (older shards)
+        self._stats = TermStats(idf_scope)  # BM25 document frequencies: IDF is applied here
         # when each tenant's points expire: searches add the expiry condition only while one
         # has expired (until the sweeper purges it); moved with every write, counted at load
         self._expiries = Expiries()
@@ -352,46 +336,36 @@ class EdgeVectorIndex:
 
     async def ensure(self, dim: int) -> None:
         """Open (or create) the shard for ``dim``-sized vectors, its bm25 sparse vector and
-        payload indexes, and count its term statistics (5.4 s for 120k points, measured). A
-        shard of the previous version without bm25 gets the sparse vector added in place
-        (its existing points have none until they are upserted again); one whose bm25 carries
-        the engine's IDF modifier (before the statistics were kept here) keeps working that
-        way."""
+        payload indexes, and count its term statistics (one scan of the shard). A shard of
+        another layout is refused (``ConfigurationError``)."""
         if self._shard is not None:
             if dim != self._dim:
                 raise ConfigurationError(f"index {self.path} holds {self._dim}-dim vectors")
             return
         dense = {self.vector_name: qe.EdgeVectorParams(size=dim, distance=qe.Distance.Cosine)}
         plain = qe.EdgeSparseVectorParams()  # no modifier: IDF comes from TermStats
-        engine_idf = False
+        config = qe.EdgeConfig(vectors=dense, sparse_vectors={SPARSE_NAME: plain}, **self._tuning())
         if not (self.path / _CONFIG_FILE).exists():
             self.path.mkdir(parents=True, exist_ok=True)
-            config = qe.EdgeConfig(
-                vectors=dense, sparse_vectors={SPARSE_NAME: plain}, **self._tuning()
-            )
             shard = await self._in_thread("create", qe.EdgeShard.create, str(self.path), config)
             self._since_optimize = 0
-        elif SPARSE_NAME in (persisted := self._persisted_sparse()):
-            engine_idf = (persisted[SPARSE_NAME] or {}).get("modifier") == "idf"
-            sparse = qe.EdgeSparseVectorParams(modifier=qe.Modifier.Idf) if engine_idf else plain
-            config = qe.EdgeConfig(
-                vectors=dense, sparse_vectors={SPARSE_NAME: sparse}, **self._tuning()
-            )
+        else:
+            persisted = self._persisted_sparse()
+            if SPARSE_NAME not in persisted or (persisted[SPARSE_NAME] or {}).get("modifier"):
+                raise ConfigurationError(
+                    f"the index at {self.path} has another layout (its bm25 sparse vector is "
+                    "missing or scored by the engine): move it away and rebuild the index "
+                    "from Postgres"
+                )
             shard = await self._in_thread("load", qe.EdgeShard.load, str(self.path), config)
-        else:  # previous version: check the dense vector, then add the sparse one
-            dense_only = qe.EdgeConfig(vectors=dense, **self._tuning())
-            shard = await self._in_thread("load", qe.EdgeShard.load, str(self.path), dense_only)
-            add = qe.UpdateOperation.create_sparse_vector(SPARSE_NAME)
-            try:
-                await self._in_thread("add bm25", shard.update, add)
-                await self._in_thread("flush", shard.flush)
-            except MemstreamError:
-                await self._in_thread("close", shard.close)
-                raise
-        stats = None if engine_idf else TermStats(self.idf_scope)
+        stats = TermStats(self.idf_scope)
         self._expiries = Expiries()
         try:
-            await self._in_thread("scan", self._scan, shard, stats)
+            if not await self._in_thread("scan", self._scan, shard, stats):
+                raise ConfigurationError(
+                    f"the index at {self.path} holds points without owner keys (another "
+                    "layout): move it away and rebuild the index from Postgres"
+                )
         except MemstreamError:
             await self._in_thread("close", shard.close)
             raise
@@ -424,34 +398,25 @@ class EdgeVectorIndex:
             )
         return out
 
-    def _scan(self, shard: qe.EdgeShard, stats: TermStats | None) -> None:
-        """Count every stored point into ``stats`` and give points stored before the current
-        owner keys existed theirs (blocking: run in a thread)."""
+    def _scan(self, shard: qe.EdgeShard, stats: TermStats) -> bool:
+        """Count every stored point into ``stats`` (blocking: run in a thread); False when a
+        point lacks the owner keys (another layout's shard)."""
         offset = None
         while True:
             page = qe.ScrollRequest(
                 offset=offset,
                 limit=_SCAN_PAGE,
                 with_payload=qe.PayloadSelector.Include([*_STORED_FIELDS, EXACT_FIELD]),
-                with_vector=[SPARSE_NAME] if stats is not None else False,
+                with_vector=[SPARSE_NAME],
             )
             records, offset = shard.scroll(page)
             self._count_expiring(records, 1)  # (blocking scan: no search runs yet)
-            if stats is not None:
-                for corpora, terms in self._owned_terms(stats, records):
-                    stats.add(corpora, terms)
-            keyless: dict[tuple[str, str | None, str | None], list[Any]] = {}
-            for r in records:
-                p = r.payload or {}
-                if EXACT_FIELD not in p and "tenant" in p:
-                    keyless.setdefault((p["tenant"], p.get("user"), p.get("agent")), []).append(
-                        r.id
-                    )
-            for (tenant, user, agent), ids in keyless.items():
-                op = qe.UpdateOperation.set_payload(ids, owner_payload(tenant, user, agent))
-                shard.update(op)
+            for corpora, terms in self._owned_terms(stats, records):
+                stats.add(corpora, terms)
+            if any(EXACT_FIELD not in (r.payload or {}) for r in records):
+                return False
             if offset is None:
-                return
+                return True
 
     def _count_expiring(self, records: Sequence[Any], sign: int) -> None:
         """Count stored points (records with ``tenant`` and ``expires_at``) in or out."""
@@ -479,7 +444,7 @@ class EdgeVectorIndex:
             shard.retrieve,
             list(ids),
             qe.PayloadSelector.Include(_STORED_FIELDS),
-            [SPARSE_NAME] if self._stats is not None else False,
+            [SPARSE_NAME],
         )
         if tenant is not None:
             found = [r for r in found if r.payload and r.payload.get("tenant") == tenant]
@@ -488,9 +453,8 @@ class EdgeVectorIndex:
     def _uncount(self, old: Sequence[Any]) -> None:
         """Take points that were overwritten or deleted out of the counts."""
         self._count_expiring(old, -1)
-        if self._stats is not None:
-            for corpora, terms in self._owned_terms(self._stats, old):
-                self._stats.add(corpora, terms, -1)
+        for corpora, terms in self._owned_terms(self._stats, old):
+            self._stats.add(corpora, terms, -1)
 
     async def _write(self, op: qe.UpdateOperation, size: int) -> None:
         shard = self.shard
@@ -536,9 +500,8 @@ class EdgeVectorIndex:
             if self._since_optimize is not None:
                 self._since_optimize += len(points)
             self._uncount(old)
-            if stats is not None:
-                for p in latest.values():
-                    stats.add(stats.corpora(p.tenant, p.user, p.agent), p.sparse or ())
+            for p in latest.values():
+                stats.add(stats.corpora(p.tenant, p.user, p.agent), p.sparse or ())
 
     async def _query(
         self, request: qe.QueryRequest, limit: int, with_records: bool, flt: VectorFilter
@@ -624,25 +587,20 @@ class EdgeVectorIndex:
         with_records: bool = False,
     ) -> list[Hit] | list[RecordHit]:
         """(memory id, BM25 score) best first, only points matching ``flt`` that have a
-        sparse vector; IDF is computed over ``idf_corpus(flt, self.idf_scope)`` (from the
-        statistics kept here; by the engine on shards of the older layout)."""
+        sparse vector; IDF is computed from the statistics kept here over the corpus
+        ``idf_scope`` gives (``TermStats.corpus_of``)."""
         indices, values = sparse_pairs(sparse)
         self.shard  # noqa: B018 - before ensure() this raises ConfigurationError
         if limit <= 0 or not indices:
             return []
-        params = None
-        if self._stats is None:
-            params = qe.SearchParams(idf=qe.IdfParams(corpus=idf_corpus(flt, self.idf_scope)))
-        else:
-            weights = self._stats.weigh(self._stats.corpus_of(flt), sparse, MIN_IDF)
-            if not weights:
-                return []  # no point of the corpus has any of the terms
-            indices, values = sparse_pairs(weights)
+        weights = self._stats.weigh(self._stats.corpus_of(flt), sparse, MIN_IDF)
+        if not weights:
+            return []  # no point of the corpus has any of the terms
+        indices, values = sparse_pairs(weights)
         request = qe.QueryRequest(
             limit=limit,
             query=qe.Query.Nearest(qe.SparseVector(indices, values), using=SPARSE_NAME),
             filter=edge_filter(flt, self.may_expire(flt.tenant, flt.now)),
-            params=params,
             with_payload=self._payload_wanted(with_records),
         )
         return await self._query(request, limit, with_records, flt)

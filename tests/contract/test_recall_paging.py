@@ -22,7 +22,7 @@ ANN = VectorFilter(tenant="acme", user="ann")
 class Counting(EdgeVectorIndex):
     fetched: list[int]
 
-    async def fetch(self, tenant, ids):  # type: ignore[no-untyped-def]
+    async def fetch(self, tenant, ids):
         self.fetched.append(len(ids))
         return await super().fetch(tenant, ids)
 
@@ -78,8 +78,9 @@ def ranked(ids: list[str]) -> list[tuple[str, float]]:
 
 
 async def test_one_page_when_nothing_collapses(index: Counting) -> None:
+    """Distinct memories fill top_k from the first page fetched."""
     ids = await store(index, [f"e{i}" for i in range(30)])
-    svc = RecallService(None, index, None)  # type: ignore[arg-type] - only the index is read
+    svc = RecallService(None, index, None)  # type: ignore[arg-type]  # only the index is read
     req = RecallRequest(tenant="acme", user="ann", query="q", top_k=5)
     hits, truncated = await svc._select_fetched(req, ranked(ids), ANN)
     assert [h.id for h in hits] == ids[:5] and not truncated
@@ -97,6 +98,7 @@ async def test_more_pages_while_the_collapse_drops_hits(index: Counting) -> None
 
 
 async def test_paging_stops_below_the_threshold(index: Counting) -> None:
+    """No further page is fetched once candidates fall below the score threshold."""
     ids = await store(index, ["same"] * 20)
     svc = RecallService(None, index, None)  # type: ignore[arg-type]
     req = RecallRequest(tenant="acme", user="ann", query="q", top_k=5, score_threshold=0.5)

@@ -39,7 +39,7 @@ DIM = 8
 Factory = Callable[..., VectorIndex]
 
 
-def edge_factory(path: Path) -> Factory:
+def edge_factory(path: Path) -> Callable[..., EdgeVectorIndex]:
     return lambda **kw: EdgeVectorIndex(path / "shard", **kw)
 
 
@@ -602,11 +602,16 @@ async def create_legacy(kind: str, tmp_path: Path, point_id: str) -> None:
 async def test_ensure_adds_bm25_to_a_previous_version_collection(
     kind: str, tmp_path: Path, make_index: Factory
 ) -> None:
-    """ensure() on a collection without the bm25 sparse vector adds it in place: old points
-    stay dense-searchable (record {}), new ones are keyword-searchable, reopening is a no-op."""
+    """Qdrant server: ensure() on a collection without the bm25 sparse vector adds it in
+    place: old points stay dense-searchable (record {}), new ones are keyword-searchable,
+    reopening is a no-op. Qdrant Edge refuses such a shard instead (rebuilt from Postgres)."""
     old_id = str(uuid.uuid4())
     await create_legacy(kind, tmp_path, old_id)
     idx = make_index()
+    if kind == "edge":
+        with pytest.raises(ConfigurationError, match="another layout"):
+            await idx.ensure(DIM)
+        return
     await idx.ensure(DIM)
     new = point(axis(0), sparse={1: 1.0}, record={"v": 1})
     await idx.upsert([new])
@@ -788,19 +793,16 @@ async def test_edge_searches_leave_the_loop_while_much_is_unoptimized(tmp_path: 
     await again.close()
 
 
-async def test_edge_shard_with_the_engine_idf_modifier_still_answers(tmp_path: Path) -> None:
-    """Qdrant Edge: a shard built before the statistics were kept here (bm25 with the
-    engine's IDF modifier) loads as it is and scores the same."""
+async def test_edge_shard_with_the_engine_idf_modifier_is_refused(tmp_path: Path) -> None:
+    """Qdrant Edge: a shard whose bm25 is scored by the engine (another layout) is refused
+    with a ConfigurationError that says how to recover, never answered with other scores."""
     dense = qe.EdgeVectorParams(size=DIM, distance=qe.Distance.Cosine)
     sparse = qe.EdgeSparseVectorParams(modifier=qe.Modifier.Idf)
     config = qe.EdgeConfig(vectors={"dense": dense}, sparse_vectors={"bm25": sparse})
     qe.EdgeShard.create(str(tmp_path / "shard"), config).close()
     idx = EdgeVectorIndex(tmp_path / "shard")
-    await idx.ensure(DIM)
-    await idx.upsert([point(axis(0), sparse={1: 1.0}), point(axis(0), sparse={2: 1.0})])
-    hits = await idx.search_sparse({1: 1.0}, VectorFilter(tenant="acme"), 5)
-    assert [s for _, s in hits] == [pytest.approx(bm25_idf(1, 2), rel=1e-4)]
-    await idx.close()
+    with pytest.raises(ConfigurationError, match="rebuild the index from Postgres"):
+        await idx.ensure(DIM)
 
 
 def test_edge_acknowledged_upsert_survives_a_killed_process(tmp_path: Path) -> None:
@@ -925,17 +927,15 @@ async def test_edge_layout_counts_points_not_yet_in_a_graph(tmp_path: Path) -> N
     await index.close()
 
 
-async def test_edge_points_without_the_exact_owner_key_get_it_on_open(tmp_path: Path) -> None:
-    """Points stored before the exact owner key existed (o_t..o_ua only) get it when the
-    shard is opened, so exact own reads find them after an upgrade."""
+async def test_edge_points_without_the_exact_owner_key_are_refused(tmp_path: Path) -> None:
+    """A shard holding points without the exact owner key (another layout) is refused on
+    open: own reads over it could not be exact."""
     first = EdgeVectorIndex(tmp_path / "shard")
     await first.ensure(DIM)
     p = point(axis(0), user="ann", agent=None)
     await first.upsert([p])
     first.shard.update(qe.UpdateOperation.delete_payload([p.id], ["o_x"]))
-    assert "o_x" not in await stored_payload(first, p.id)
     await first.close()
     second = EdgeVectorIndex(tmp_path / "shard")
-    await second.ensure(DIM)
-    assert await ids(second, VectorFilter(tenant="acme", user="ann")) == {p.id}
-    await second.close()
+    with pytest.raises(ConfigurationError, match="without owner keys"):
+        await second.ensure(DIM)

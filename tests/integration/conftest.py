@@ -8,6 +8,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -24,7 +25,7 @@ pytestmark = pytest.mark.integration
 
 
 @pytest.fixture(scope="session")
-def embedder():  # type: ignore[no-untyped-def]
+def embedder():
     return make_embedder(None, None)
 
 
@@ -35,7 +36,7 @@ class Running:
     pg: PgStore
     nats_url: str
 
-    def client(self, tenant: str, **kw: object) -> MemoryClient:
+    def client(self, tenant: str, **kw: Any) -> MemoryClient:
         return MemoryClient(tenant, nats_url=self.nats_url, namespace=self.settings.namespace, **kw)
 
     async def wait_for(
@@ -59,7 +60,7 @@ class Running:
 @pytest.fixture
 async def running(
     nats_url: str, pg: PgStore, namespace: str, tmp_path: Path, embedder
-) -> AsyncIterator[Running]:  # type: ignore[no-untyped-def]
+) -> AsyncIterator[Running]:
     settings = Settings(
         nats_url=nats_url,
         namespace=namespace,

@@ -9,7 +9,7 @@ from memstream.producers.client import CommandError, RecallError
 pytestmark = pytest.mark.integration
 
 
-async def test_keys_bind_requests_to_their_tenant(running) -> None:  # type: ignore[no-untyped-def]
+async def test_keys_bind_requests_to_their_tenant(running) -> None:
     """With keys required: no key, a wrong key or another tenant's key is refused with
     'unauthorized' (the key never echoed); the tenant's own key works; a revoked key stops."""
     running.worker.auth.required = True

@@ -5,15 +5,15 @@ from __future__ import annotations
 
 import json
 import os
-import resource
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+from hostcaps import may_lock_memory
 
-from memstream.consumers import cpulatency, memlock
+from memstream.consumers import cpulatency
 
 pytestmark = pytest.mark.integration
 
@@ -106,8 +106,7 @@ def test_recall_bench_measures_over_nats(nats_url: str, database_url: str) -> No
     assert r["index_layout"]["points"] == 330  # 300 + one noise tenant of 30
     assert r["postgres_checkpoint"] is True  # the test servers' role may CHECKPOINT
     # --lock-memory: locked where the process may, else it ran unlocked (and said why)
-    limit = resource.getrlimit(resource.RLIMIT_MEMLOCK)[0]
-    assert r["memory_locked"] is (memlock._can_ipc_lock() or limit == resource.RLIM_INFINITY)
+    assert r["memory_locked"] is may_lock_memory()
     # --cpu-latency-us 0: held where the device is writable (root), else it ran without
     writable = os.access(cpulatency.DEVICE, os.W_OK)
     assert r["cpu_latency_us"] == (0 if writable else None)

@@ -234,6 +234,31 @@ async def test_unknown_or_forged_credentials_are_refused(bus: Bus, tmp_path: Pat
         )
 
 
+async def test_console_requests_need_the_worker_credential(bus: Bus, worker: Worker) -> None:
+    """With the worker's credential the console hears the workers' stats and has text
+    redacted by them; a tenant's credential may not send the console's requests."""
+    from memstream.console import ConsoleBackend
+    from memstream.consumers.natsconn import nats_options
+
+    backend = await ConsoleBackend.connect(
+        worker.settings, bus.url, connect_options=nats_options(worker.settings)
+    )
+    try:
+        stats = await backend.worker_stats()
+        assert len(stats) == 1 and stats[0]["health"]["postgres"]["ok"]
+        ((text, counts),) = await backend.redact([("acme", "mail bob@example.com")])
+        assert counts == {"EMAIL": 1} and "bob@example.com" not in text
+    finally:
+        await backend.close()
+    nc, errors = await connect(bus, bus.tenant("acme"))
+    try:
+        for what in ("stats", "redact"):
+            await nc.publish(f"{NS}.ops.{what}", b"{}")
+            await errors.wait_for("publish", f"{NS}.ops.{what}")
+    finally:
+        await nc.close()
+
+
 async def test_the_worker_answers_only_on_inboxes(bus: Bus, worker: Worker) -> None:
     """A request whose reply subject is another tenant's turns or a stage gets no answer
     there: the reply subject is the requester's choice, and the worker may publish into its

@@ -16,7 +16,7 @@ from memstream.schemas.recall import Method, RecallReply, RecallRequest
 pytestmark = pytest.mark.integration
 
 
-async def until(predicate, seconds: float = 5.0) -> None:  # type: ignore[no-untyped-def]
+async def until(predicate, seconds: float = 5.0) -> None:
     deadline = time.monotonic() + seconds
     while not predicate():
         if time.monotonic() > deadline:
@@ -46,7 +46,7 @@ def request(query: str) -> RecallRequest:
 REPLY = RecallReply(hits=[], method=Method.HYBRID)
 
 
-async def test_an_entry_one_worker_puts_is_a_hit_for_another(caches) -> None:  # type: ignore[no-untyped-def]
+async def test_an_entry_one_worker_puts_is_a_hit_for_another(caches) -> None:
     """Worker B learns of worker A's entry through the key watch and serves it as cached."""
     a, b = caches
     key = a.key(request("tea?"))
@@ -57,7 +57,7 @@ async def test_an_entry_one_worker_puts_is_a_hit_for_another(caches) -> None:  #
     assert cached is not None and RecallReply.model_validate_json(cached).cached
 
 
-async def test_a_miss_makes_no_kv_call(caches) -> None:  # type: ignore[no-untyped-def]
+async def test_a_miss_makes_no_kv_call(caches) -> None:
     """An unknown key is a miss decided locally: it answers even with the bucket gone."""
     a, _ = caches
     kv, a.kv = a.kv, None  # a KV call would fail: counted as neither hit nor miss
@@ -68,7 +68,7 @@ async def test_a_miss_makes_no_kv_call(caches) -> None:  # type: ignore[no-untyp
     assert a.misses == 1
 
 
-async def test_a_bump_during_the_search_leaves_its_reply_unused(caches) -> None:  # type: ignore[no-untyped-def]
+async def test_a_bump_during_the_search_leaves_its_reply_unused(caches) -> None:
     """The reply is stored under the key computed before the search: a memory change that
     lands meanwhile (a bump) makes the next lookup use a new key, so the stale reply is never
     served."""
@@ -81,7 +81,7 @@ async def test_a_bump_during_the_search_leaves_its_reply_unused(caches) -> None:
     assert await a.get(a.key(req)) is None
 
 
-async def test_expired_entries_are_forgotten(caches) -> None:  # type: ignore[no-untyped-def]
+async def test_expired_entries_are_forgotten(caches) -> None:
     """A known key past its TTL is a local miss; pruning drops expired keys."""
     a, _ = caches
     key = a.key(request("old"))
@@ -93,7 +93,7 @@ async def test_expired_entries_are_forgotten(caches) -> None:  # type: ignore[no
     assert key not in a.known and "q.other" in a.known
 
 
-async def test_a_watch_that_stops_early_is_logged_with_its_reason(caches) -> None:  # type: ignore[no-untyped-def]
+async def test_a_watch_that_stops_early_is_logged_with_its_reason(caches) -> None:
     """A watch task that fails leaves a warning naming the watch and the error; a watch
     cancelled by stop() leaves none."""
     from structlog.testing import capture_logs

@@ -24,6 +24,8 @@ def as_role(dsn: str, role: str, password: str) -> str:
 async def test_checkpoint_says_false_for_a_role_without_the_right(
     database_url: str, pg: PgStore
 ) -> None:
+    """checkpoint() is True for a role allowed to checkpoint and False, without breaking the
+    pool, for a login role without the right."""
     assert await pg.checkpoint() is True  # the test servers' own role may
     role = f"ms_nocp_{uuid.uuid4().hex[:8]}"
     admin = await asyncpg.connect(database_url)

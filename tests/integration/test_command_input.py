@@ -9,7 +9,7 @@ from memstream.producers.client import CommandError
 pytestmark = pytest.mark.integration
 
 
-async def test_ids_that_are_no_uuid_are_not_found(running) -> None:  # type: ignore[no-untyped-def]
+async def test_ids_that_are_no_uuid_are_not_found(running) -> None:
     """get, pin, forget of an id that is no UUID: not_found (was internal: a driver error)."""
     async with running.client("acme", user="u") as mem:
         for call in (mem.get, mem.pin, mem.forget):
@@ -18,7 +18,7 @@ async def test_ids_that_are_no_uuid_are_not_found(running) -> None:  # type: ign
             assert info.value.code.value == "not_found"
 
 
-async def test_nul_characters_are_dropped_from_text_and_refused_in_ids(running) -> None:  # type: ignore[no-untyped-def]
+async def test_nul_characters_are_dropped_from_text_and_refused_in_ids(running) -> None:
     """Postgres text cannot store NUL: free text (content, metadata values) loses it and is
     stored; an identifier with one (a session filter) is bad_request (docs/memory-model.md)."""
     async with running.client("acme", user="u") as mem:

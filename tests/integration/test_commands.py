@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import Any
 
 import nats
 import pytest
@@ -13,7 +14,7 @@ from memstream.storage.postgres import OwnerFilter
 pytestmark = pytest.mark.integration
 
 
-async def events_of(running, tenant: str, n: int) -> list[dict]:  # type: ignore[no-untyped-def]
+async def events_of(running, tenant: str, n: int) -> list[dict[str, Any]]:
     """The first n events published on mem.events.<tenant>."""
     s = running.worker.deps.subjects
     nc = await nats.connect(running.nats_url)
@@ -26,7 +27,7 @@ async def events_of(running, tenant: str, n: int) -> list[dict]:  # type: ignore
     return out
 
 
-async def test_remember_get_list_and_event_rows(running) -> None:  # type: ignore[no-untyped-def]
+async def test_remember_get_list_and_event_rows(running) -> None:
     """remember stores (redacted) and indexes a memory, get/list return it, an event row and a
     mem.events message record it."""
     async with running.client("acme", user="ann") as mem:
@@ -44,7 +45,7 @@ async def test_remember_get_list_and_event_rows(running) -> None:  # type: ignor
     assert (await events_of(running, "acme", 1))[0]["kind"] == "stored"
 
 
-async def test_owner_and_tenant_boundaries(running) -> None:  # type: ignore[no-untyped-def]
+async def test_owner_and_tenant_boundaries(running) -> None:
     """Another owner or tenant can neither read, pin nor forget a memory: not_found."""
     async with running.client("acme", user="ann") as ann:
         m = await ann.remember("My locker code is behind the blue door")
@@ -60,7 +61,7 @@ async def test_owner_and_tenant_boundaries(running) -> None:  # type: ignore[no-
         assert (await ann.get(m.id)).deleted_at is None
 
 
-async def test_pin_ranks_first_and_never_expires(running, clock) -> None:  # type: ignore[no-untyped-def]
+async def test_pin_ranks_first_and_never_expires(running, clock) -> None:
     """A pinned session memory outlives its TTL and ranks above better-matching hits."""
     async with running.client("acme", user="cy") as mem:
         a = await mem.remember("coffee order: flat white with oat milk", scope="session")
@@ -79,7 +80,7 @@ async def test_pin_ranks_first_and_never_expires(running, clock) -> None:  # typ
     assert kinds == ["stored", "expired"]
 
 
-async def test_forget_hides_at_once_everywhere(running) -> None:  # type: ignore[no-untyped-def]
+async def test_forget_hides_at_once_everywhere(running) -> None:
     """forget tombstones the memory: gone from recall, the vector index and get."""
     async with running.client("acme", user="dee") as mem:
         m = await mem.remember("the wifi password hint is the cat's name")
@@ -92,7 +93,7 @@ async def test_forget_hides_at_once_everywhere(running) -> None:  # type: ignore
     assert kinds == ["stored", "forgotten"]
 
 
-async def test_erasure_removes_memories_vectors_and_raw_turns(running) -> None:  # type: ignore[no-untyped-def]
+async def test_erasure_removes_memories_vectors_and_raw_turns(running) -> None:
     """forget_owner leaves nothing of the owner in Postgres, Qdrant or MEM_TURNS; others stay."""
     async with running.client("acme", user="eve") as eve, running.client("acme", user="fay") as fay:
         plans = [
@@ -126,7 +127,7 @@ async def test_erasure_removes_memories_vectors_and_raw_turns(running) -> None: 
         assert [h.text for h in (await fay.recall("tulips")).hits] == ["user: fay likes tulips too"]
 
 
-async def test_facts_over_time(running, clock) -> None:  # type: ignore[no-untyped-def]
+async def test_facts_over_time(running, clock) -> None:
     """fact_update closes the old version; recall returns only the current one; history and
     point-in-time reads show the chain."""
     async with running.client("acme", user="gus") as mem:
@@ -147,7 +148,7 @@ async def test_facts_over_time(running, clock) -> None:  # type: ignore[no-untyp
         assert [m.content for m in past] == ["employer: Globex"]
 
 
-async def test_peer_reads_do_not_touch_access_counts(running) -> None:  # type: ignore[no-untyped-def]
+async def test_peer_reads_do_not_touch_access_counts(running) -> None:
     """Own recall counts accesses; peer_query and peer_query_any read without counting."""
     async with (
         running.client("acme", agent="planner") as planner,
@@ -164,7 +165,7 @@ async def test_peer_reads_do_not_touch_access_counts(running) -> None:  # type: 
         assert (await planner.get(p.id)).access_count == 1
 
 
-async def test_memory_off_stores_nothing_from_the_session(running) -> None:  # type: ignore[no-untyped-def]
+async def test_memory_off_stores_nothing_from_the_session(running) -> None:
     """With memory off, turns of that session still publish but nothing is stored."""
     async with running.client("acme", user="hal") as mem:
         await mem.memory_off("private")
@@ -179,7 +180,7 @@ async def test_memory_off_stores_nothing_from_the_session(running) -> None:  # t
         assert len((await mem.list_memories()).memories) == 2
 
 
-async def test_pending_review_counts_per_agent(running, clock) -> None:  # type: ignore[no-untyped-def]
+async def test_pending_review_counts_per_agent(running, clock) -> None:
     """pending_review counts memories each agent created since a given time."""
     start = clock.now
     async with running.client("acme", agent="a1") as a1, running.client("acme", agent="a2") as a2:
@@ -193,7 +194,7 @@ async def test_pending_review_counts_per_agent(running, clock) -> None:  # type:
         assert counts == {"a1": 2, "a2": 1, "*": 2}
 
 
-async def test_near_duplicate_merges_instead_of_inserting(running) -> None:  # type: ignore[no-untyped-def]
+async def test_near_duplicate_merges_instead_of_inserting(running) -> None:
     """A turn nearly identical to an existing memory of the same owner updates it (merged
     event, both source events kept) instead of adding a row."""
     async with running.client("acme", user="ivy") as mem:
@@ -211,7 +212,7 @@ async def test_near_duplicate_merges_instead_of_inserting(running) -> None:  # t
         assert kinds == ["stored", "merged"]
 
 
-async def test_bad_command_gets_a_code(running) -> None:  # type: ignore[no-untyped-def]
+async def test_bad_command_gets_a_code(running) -> None:
     """A malformed command gets bad_request, not silence or a crash."""
     nc = await nats.connect(running.nats_url)
     msg = await nc.request(running.worker.deps.subjects.cmd("forget"), b"{}", timeout=5)
@@ -219,7 +220,7 @@ async def test_bad_command_gets_a_code(running) -> None:  # type: ignore[no-unty
     assert b'"bad_request"' in msg.data
 
 
-async def test_erasure_also_removes_dead_lettered_copies(running) -> None:  # type: ignore[no-untyped-def]
+async def test_erasure_also_removes_dead_lettered_copies(running) -> None:
     """A dead-lettered copy of the owner's turn (raw text) is removed by forget_owner; other
     owners' dead letters stay."""
     import json as _json
@@ -246,11 +247,11 @@ async def test_erasure_also_removes_dead_lettered_copies(running) -> None:  # ty
     assert [_json.loads(m.data)["user"] for m in left] == ["sam"]
 
 
-async def _count(coro, n: int) -> bool:  # type: ignore[no-untyped-def]
+async def _count(coro, n: int) -> bool:
     return len(await coro) >= n
 
 
-async def test_memories_pages_keep_room_for_in_place_updates(running) -> None:  # type: ignore[no-untyped-def]
+async def test_memories_pages_keep_room_for_in_place_updates(running) -> None:
     """The memories table leaves 10% of each page free (migration 006), so access-count
     updates can stay on their page without new index entries (HOT)."""
     async with running.pg._pool.acquire() as con:
@@ -258,3 +259,33 @@ async def test_memories_pages_keep_room_for_in_place_updates(running) -> None:  
             "SELECT reloptions FROM pg_class WHERE oid = 'memories'::regclass"
         )
     assert "fillfactor=90" in (options or [])
+
+
+async def test_update_keeps_the_id_redacts_reindexes_and_history_records_it(running) -> None:
+    """update: same id, new text redacted and found by recall (the old text no longer is);
+    history lists stored then updated; another owner gets not_found; a fact is refused; writing
+    the edited text again is a memory of its own, not a unique-key collision."""
+    async with running.client("acme", user="ann") as ann:
+        m = await ann.remember("My gym is on Elm Street")
+        reply = await ann.command("update", id=m.id, content="My gym moved; write gym@example.org")
+        new = reply.memory
+        assert new is not None and new.id == m.id and "gym@example.org" not in new.content
+        assert "[EMAIL:" in new.content and new.content_hash.endswith(f"@{m.id}")
+        hits = (await ann.recall("where did my gym move?", top_k=3)).hits
+        assert hits and hits[0].id == m.id and "moved" in hits[0].text
+        assert all("Elm Street" not in h.text for h in (await ann.recall("Elm Street")).hits)
+        events = (await ann.command("history", id=m.id)).detail["events"]
+        assert [e["kind"] for e in events] == ["stored", "updated"]
+        fact = (await ann.fact_put("user:city", "Oslo")).memory
+        assert fact is not None
+        with pytest.raises(CommandError) as err:
+            await ann.command("update", id=fact.id, content="Bergen")
+        assert err.value.code.value == "bad_request"
+        again = await ann.remember(new.content)  # same owner, type and text as the edit
+        assert again.id != m.id and again.content == new.content  # a memory of its own
+        assert (await ann.get(m.id)).content == new.content
+    async with running.client("acme", user="bob") as bob:
+        for verb, extra in (("update", {"content": "hijacked"}), ("history", {})):
+            with pytest.raises(CommandError) as err:
+                await bob.command(verb, id=m.id, **extra)
+            assert err.value.code.value == "not_found"

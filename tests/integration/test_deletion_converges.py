@@ -21,7 +21,7 @@ from memstream.storage.qdrant_server import ServerVectorIndex
 pytestmark = pytest.mark.integration
 
 
-async def test_fact_revert_and_retry(running, clock) -> None:  # type: ignore[no-untyped-def]
+async def test_fact_revert_and_retry(running, clock) -> None:
     """fact_put A, B, then A again opens a third version (it answered internal: the exact-
     dedupe index held the first A); a retried put of the current value changes nothing."""
     async with running.client("acme", user="rev") as mem:
@@ -47,7 +47,7 @@ def unreachable_index(dim: int) -> ServerVectorIndex:
     )
 
 
-async def test_failed_delete_is_repaired_by_the_reconciler(running, embedder) -> None:  # type: ignore[no-untyped-def]
+async def test_failed_delete_is_repaired_by_the_reconciler(running, embedder) -> None:
     """forget, forget_owner and a fact supersede while the index cannot delete: each commits
     and answers; the stale points are still in the index; one reconcile round removes them
     and recall never returns the texts again."""
@@ -110,7 +110,7 @@ _CRASH = textwrap.dedent(
 )
 
 
-async def test_crash_between_commit_and_delete_converges(  # type: ignore[no-untyped-def]
+async def test_crash_between_commit_and_delete_converges(
     database_url, namespace, tmp_path: Path, embedder
 ) -> None:
     """A process killed (SIGKILL) after the tombstone committed and before the point was

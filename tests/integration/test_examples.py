@@ -15,7 +15,7 @@ pytestmark = pytest.mark.integration
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
-async def run_example(running, name: str, tmp_path: Path) -> str:  # type: ignore[no-untyped-def]
+async def run_example(running, name: str, tmp_path: Path) -> str:
     """Run ``examples/<name>`` in its own process, pointed at the test's NATS and namespace;
     its output, after checking it exited 0 (within two minutes)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("MEMSTREAM_")}
@@ -38,7 +38,7 @@ async def run_example(running, name: str, tmp_path: Path) -> str:  # type: ignor
     return text
 
 
-async def test_01_publish_and_recall(running, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+async def test_01_publish_and_recall(running, tmp_path: Path) -> None:
     """Example 01 publishes a turn, waits for it, and recalls it first."""
     out = await run_example(running, "01_publish_and_recall.py", tmp_path)
     lines = out.splitlines()
@@ -47,7 +47,7 @@ async def test_01_publish_and_recall(running, tmp_path: Path) -> None:  # type: 
     assert "My bike is locked in the garage behind the house" in lines[3]
 
 
-async def test_02_middleware_chat_loop(running, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+async def test_02_middleware_chat_loop(running, tmp_path: Path) -> None:
     """Example 02: the first turn recalls at session start, the acknowledgement skips, and
     the third turn answers from the memory the first one left."""
     out = await run_example(running, "02_middleware_chat_loop.py", tmp_path)
@@ -59,7 +59,7 @@ async def test_02_middleware_chat_loop(running, tmp_path: Path) -> None:  # type
     assert "blue green rollouts" in last
 
 
-async def test_05_langgraph_store(running, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+async def test_05_langgraph_store(running, tmp_path: Path) -> None:
     """Example 05: a compiled graph stores a memory in MemstreamStore and finds it."""
     out = await run_example(running, "05_langgraph_store.py", tmp_path)
     assert "graph: Noted." in out

@@ -36,7 +36,7 @@ def turn(tenant: str, user: str, text: str, **extra: Any) -> dict[str, Any]:
     }
 
 
-async def publish_raw(running, subject: str, body: dict[str, Any], msg_id: str) -> None:  # type: ignore[no-untyped-def]
+async def publish_raw(running, subject: str, body: dict[str, Any], msg_id: str) -> None:
     nc = await nats.connect(running.nats_url)
     try:
         await nc.jetstream().publish(
@@ -46,7 +46,7 @@ async def publish_raw(running, subject: str, body: dict[str, Any], msg_id: str) 
         await nc.close()
 
 
-async def one_dead_letter(running, stage: str):  # type: ignore[no-untyped-def]
+async def one_dead_letter(running, stage: str):
     """The first dead letter of ``stage`` (waits for it)."""
     s, js = running.worker.deps.subjects, running.worker.deps.js
 
@@ -57,7 +57,7 @@ async def one_dead_letter(running, stage: str):  # type: ignore[no-untyped-def]
     return (await dead_letters(js, s, stage, 1))[0]
 
 
-async def raw_command(running, verb: str, body: dict[str, Any]) -> dict[str, Any]:  # type: ignore[no-untyped-def]
+async def raw_command(running, verb: str, body: dict[str, Any]) -> dict[str, Any]:
     nc = await nats.connect(running.nats_url)
     try:
         msg = await nc.request(
@@ -68,7 +68,7 @@ async def raw_command(running, verb: str, body: dict[str, Any]) -> dict[str, Any
     return dict(json.loads(msg.data))
 
 
-async def test_nul_in_free_text_is_removed_and_stored(running) -> None:  # type: ignore[no-untyped-def]
+async def test_nul_in_free_text_is_removed_and_stored(running) -> None:
     """NUL characters in a message and in a metadata value are dropped at the edge: the turn
     is stored (it was retried for ~18 minutes before), without them."""
     async with running.client("acme", user="nul") as mem:
@@ -86,7 +86,7 @@ async def test_nul_in_free_text_is_removed_and_stored(running) -> None:  # type:
     assert any("green tea" in r.content for r in rows)
 
 
-async def test_control_characters_in_ids_dead_letter_at_once(running) -> None:  # type: ignore[no-untyped-def]
+async def test_control_characters_in_ids_dead_letter_at_once(running) -> None:
     """A turn whose user id holds a NUL is refused by the schema: dead-lettered on its first
     delivery, with the field named in the reason."""
     s = running.worker.deps.subjects
@@ -98,7 +98,7 @@ async def test_control_characters_in_ids_dead_letter_at_once(running) -> None:  
     assert "ev\x00il" not in reason  # values never reach a reason
 
 
-async def test_postgres_data_errors_dead_letter_on_first_delivery(running) -> None:  # type: ignore[no-untyped-def]
+async def test_postgres_data_errors_dead_letter_on_first_delivery(running) -> None:
     """A value Postgres refuses (here a trigger raising SQLSTATE 22023 for one text, as the
     server does for NUL or a malformed number) is permanent: the store stage dead-letters it
     on the first delivery, with the SQLSTATE, instead of retrying up to max_deliver."""
@@ -117,7 +117,7 @@ async def test_postgres_data_errors_dead_letter_on_first_delivery(running) -> No
     assert running.worker.deps.metrics["store"].retried == 0
 
 
-async def test_pg_adapter_translates_data_errors(running) -> None:  # type: ignore[no-untyped-def]
+async def test_pg_adapter_translates_data_errors(running) -> None:
     """At the adapter edge a NUL that bypassed the schemas becomes DataRejected (permanent)."""
     from datetime import UTC, datetime
 
@@ -136,7 +136,7 @@ async def test_pg_adapter_translates_data_errors(running) -> None:  # type: igno
         await running.pg.upsert("00000000-0000-0000-0000-000000000001", "h", c)
 
 
-async def test_commands_answer_bad_request_for_data_errors(running) -> None:  # type: ignore[no-untyped-def]
+async def test_commands_answer_bad_request_for_data_errors(running) -> None:
     """remember with NaN metadata and fact_put with a NUL in its key answer bad_request (they
     answered internal); a NUL in remembered content is dropped and the memory stored."""
     base = {"tenant": "acme", "user": "cmd"}
@@ -150,7 +150,7 @@ async def test_commands_answer_bad_request_for_data_errors(running) -> None:  # 
     assert ok["ok"] is True and ok["memory"]["content"] == "my van is blue"
 
 
-async def test_turn_body_must_match_its_subject(running) -> None:  # type: ignore[no-untyped-def]
+async def test_turn_body_must_match_its_subject(running) -> None:
     """A turn naming tenant 'victim' published on tenant 'mallory''s subject is dead-lettered,
     and nothing is stored for either tenant."""
     s = running.worker.deps.subjects
@@ -161,7 +161,7 @@ async def test_turn_body_must_match_its_subject(running) -> None:  # type: ignor
     assert await running.pg.count("victim") == 0 and await running.pg.count("mallory") == 0
 
 
-async def test_candidate_must_match_its_stage_subject(running) -> None:  # type: ignore[no-untyped-def]
+async def test_candidate_must_match_its_stage_subject(running) -> None:
     """A redacted-looking candidate of tenant 'victim' sent to the store subject of another
     tenant is dead-lettered, not stored."""
     from datetime import UTC, datetime
@@ -182,7 +182,7 @@ async def test_candidate_must_match_its_stage_subject(running) -> None:  # type:
     assert await running.pg.count("victim") == 0
 
 
-async def test_same_event_id_in_two_tenants_is_stored_for_both(running) -> None:  # type: ignore[no-untyped-def]
+async def test_same_event_id_in_two_tenants_is_stored_for_both(running) -> None:
     """Two tenants publishing the same event id inside the duplicate window both get their
     turn stored (the bare id made the second a duplicate, silently dropped)."""
     results = []
@@ -199,7 +199,7 @@ async def test_same_event_id_in_two_tenants_is_stored_for_both(running) -> None:
     await running.wait_for(both, 20, "both tenants' turns")
 
 
-async def test_replay_only_targets_own_turn_and_stage_subjects(running) -> None:  # type: ignore[no-untyped-def]
+async def test_replay_only_targets_own_turn_and_stage_subjects(running) -> None:
     """A dead letter whose subject header names an events subject, or another namespace, is
     refused by `dlq replay` and stays; one naming a turn subject is replayed."""
     s = running.worker.deps.subjects
@@ -229,6 +229,6 @@ async def test_replay_only_targets_own_turn_and_stage_subjects(running) -> None:
     )
 
     async def replayed() -> bool:
-        return await running.pg.count("acme") > 0
+        return bool(await running.pg.count("acme") > 0)
 
     await running.wait_for(replayed, 20, "the replayed turn")

@@ -12,13 +12,14 @@ from langgraph.store.base import BaseStore, InvalidNamespaceError
 
 from memstream.producers import SyncMemoryClient
 from memstream.producers.langgraph_store import MemstreamStore
+from memstream.schemas.memory import MemoryRecord
 
 pytestmark = pytest.mark.integration
 
 LENA = ("users", "lena", "memories")
 
 
-async def test_put_get_update_delete(running) -> None:  # type: ignore[no-untyped-def]
+async def test_put_get_update_delete(running) -> None:
     """An item round-trips; an update replaces it (one memory per key); a put that changes
     nothing keeps it; delete removes it, and the same value can be put again."""
     async with running.client("acme", user="lena") as mem:
@@ -59,7 +60,7 @@ async def test_put_get_update_delete(running) -> None:  # type: ignore[no-untype
         assert "[EMAIL:" in mail.value["text"]
 
 
-async def test_same_text_under_two_keys(running) -> None:  # type: ignore[no-untyped-def]
+async def test_same_text_under_two_keys(running) -> None:
     """Two keys with the same text are two items (memstream's exact dedupe does not merge
     them)."""
     async with running.client("acme", user="lena") as mem:
@@ -72,7 +73,7 @@ async def test_same_text_under_two_keys(running) -> None:  # type: ignore[no-unt
         assert await store.aget(LENA, "a") is None and await store.aget(LENA, "b") is not None
 
 
-async def test_search_with_query_filter_and_pages(running) -> None:  # type: ignore[no-untyped-def]
+async def test_search_with_query_filter_and_pages(running) -> None:
     """Search ranks by the query within the namespace prefix, filters on value fields,
     pages with limit/offset, and never crosses into another owner's namespace."""
     async with running.client("acme", user="lena") as mem:
@@ -106,7 +107,7 @@ async def test_search_with_query_filter_and_pages(running) -> None:  # type: ign
         assert [h.value["text"] for h in max_hits] == ["Max drinks tea too"]
 
 
-async def test_namespaces_map_to_owners_and_scopes(running) -> None:  # type: ignore[no-untyped-def]
+async def test_namespaces_map_to_owners_and_scopes(running) -> None:
     """("users", U) is user U's memory, ("agents", A) agent A's, ("global", ...) is shared
     with the tenant; list_namespaces honours prefix, suffix and max_depth."""
     async with running.client("acme", user="lena") as mem:
@@ -116,7 +117,8 @@ async def test_namespaces_map_to_owners_and_scopes(running) -> None:  # type: ig
         await store.aput(("global", "faq"), "k3", {"text": "Office closes at six"})
         await store.aput(("users", "lena", "memories", "work"), "k4", {"text": "Lena codes Rust"})
         async with running.client("acme", user="max") as as_max:
-            own, shared_rows = [], []
+            own: list[MemoryRecord] = []
+            shared_rows: list[MemoryRecord] = []
             for m in (await as_max.list_memories()).memories:
                 (own if m.scope.value == "user" else shared_rows).append(m)
             assert [(m.content, m.user) for m in own] == [("Max likes chess", "max")]
@@ -149,7 +151,7 @@ async def test_namespaces_map_to_owners_and_scopes(running) -> None:  # type: ig
             await store.aput(("users", "a.b"), "k", {"text": "x"})
 
 
-async def test_sync_methods_with_a_sync_client(running) -> None:  # type: ignore[no-untyped-def]
+async def test_sync_methods_with_a_sync_client(running) -> None:
     """With a SyncMemoryClient the blocking methods work (as a sync LangGraph agent calls
     them)."""
 
@@ -174,13 +176,13 @@ async def test_sync_methods_with_a_sync_client(running) -> None:  # type: ignore
     assert spaces == [("users", "sam", "memories")] and gone is None
 
 
-class State(TypedDict):
+class State(TypedDict, total=False):
     user: str
     message: str
     reply: str
 
 
-async def test_a_compiled_graph_uses_the_store(running) -> None:  # type: ignore[no-untyped-def]
+async def test_a_compiled_graph_uses_the_store(running) -> None:
     """A StateGraph compiled with the store: one node remembers what the user said (async),
     the next (sync, run in a thread by langgraph) answers from a search."""
 
@@ -201,8 +203,8 @@ async def test_a_compiled_graph_uses_the_store(running) -> None:  # type: ignore
         builder.add_edge("remember", "answer")
         builder.add_edge("answer", END)
         graph = builder.compile(store=MemstreamStore(mem))
-        first = await graph.ainvoke({"user": "zed", "message": "Zed's cat sleeps on the blue sofa"})
-        second = await graph.ainvoke({"user": "zed", "message": "where does the cat sleep?"})
+        first = await graph.ainvoke(State(user="zed", message="Zed's cat sleeps on the blue sofa"))
+        second = await graph.ainvoke(State(user="zed", message="where does the cat sleep?"))
     assert first["reply"] == "Zed's cat sleeps on the blue sofa"
     assert second["reply"].split(" | ")[0] in {
         "Zed's cat sleeps on the blue sofa",

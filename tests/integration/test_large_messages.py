@@ -10,6 +10,7 @@ import json
 import time
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
+from typing import Any
 
 import nats
 import pytest
@@ -37,7 +38,7 @@ def hostile_text(size: int) -> str:
 
 async def recall_latencies(
     running, done: Callable[[], Awaitable[bool]], seconds: float
-) -> list[float]:  # type: ignore[no-untyped-def]
+) -> list[float]:
     """Recall round trips (ms) from another owner, one after another, until ``done()``."""
     out: list[float] = []
     deadline = time.monotonic() + seconds
@@ -53,7 +54,7 @@ async def recall_latencies(
     raise AssertionError(f"not processed within {seconds:.0f} s")
 
 
-async def publish_raw(running, subject: str, body: bytes, msg_id: str) -> None:  # type: ignore[no-untyped-def]
+async def publish_raw(running, subject: str, body: bytes, msg_id: str) -> None:
     nc = await nats.connect(running.nats_url)
     try:
         await nc.jetstream().publish(subject, body, headers={MSG_ID_HEADER: msg_id}, timeout=10)
@@ -61,11 +62,11 @@ async def publish_raw(running, subject: str, body: bytes, msg_id: str) -> None: 
         await nc.close()
 
 
-async def test_megabyte_turn_is_extracted_while_recall_answers(running) -> None:  # type: ignore[no-untyped-def]
+async def test_megabyte_turn_is_extracted_while_recall_answers(running) -> None:
     """A ~1 MB turn goes through extract, redact, dedupe and store within 60 s; meanwhile
     every recall answers within 100 ms."""
     s = running.worker.deps.subjects
-    turn = {
+    turn: dict[str, Any] = {
         "tenant": "acme",
         "user": "big",
         "event_id": "big-1",
@@ -89,7 +90,7 @@ async def test_megabyte_turn_is_extracted_while_recall_answers(running) -> None:
 
 
 @pytest.mark.parametrize("stage", ["redact", "dedupe", "store"])
-async def test_megabyte_candidate_is_dead_lettered_at_once(running, stage: str) -> None:  # type: ignore[no-untyped-def]
+async def test_megabyte_candidate_is_dead_lettered_at_once(running, stage: str) -> None:
     """A ~1 MB candidate sent straight to a stage subject is dead-lettered on its first
     delivery, within 20 s, with the size limit as the reason; recall answers within 100 ms
     meanwhile."""
@@ -121,7 +122,7 @@ async def test_megabyte_candidate_is_dead_lettered_at_once(running, stage: str) 
     assert await running.pg.count("acme") == 0
 
 
-async def test_dead_letter_at_the_payload_limit_keeps_its_reason(running) -> None:  # type: ignore[no-untyped-def]
+async def test_dead_letter_at_the_payload_limit_keeps_its_reason(running) -> None:
     """A body so close to max_payload that the dead-letter headers cannot travel with it is
     dead-lettered without its body (a header says so), never redelivered in a loop."""
     s, js = running.worker.deps.subjects, running.worker.deps.js

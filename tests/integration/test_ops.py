@@ -21,11 +21,11 @@ async def http_get(port: int, path: str) -> tuple[int, str]:
     return status, data.split("\r\n\r\n", 1)[1]
 
 
-async def _known(running) -> bool:  # type: ignore[no-untyped-def]
+async def _known(running) -> bool:
     return bool(running.worker.deps.cache.known)
 
 
-async def test_metrics_show_throughput_lag_failures_and_redactions(running) -> None:  # type: ignore[no-untyped-def]
+async def test_metrics_show_throughput_lag_failures_and_redactions(running) -> None:
     """/metrics exposes per-stage counters, consumer lag, dead letters, redaction counts and
     recall cache hits and misses;
     /healthz answers 200 while connected."""

@@ -21,7 +21,7 @@ INTRUDERS = [
 ]
 
 
-async def code(coro) -> str:  # type: ignore[no-untyped-def]
+async def code(coro) -> str:
     try:
         await coro
     except CommandError as exc:
@@ -30,7 +30,7 @@ async def code(coro) -> str:  # type: ignore[no-untyped-def]
 
 
 @pytest.mark.parametrize(("tenant", "user", "agent"), INTRUDERS)
-async def test_other_owners_cannot_read_or_write(running, tenant, user, agent) -> None:  # type: ignore[no-untyped-def]
+async def test_other_owners_cannot_read_or_write(running, tenant, user, agent) -> None:
     """get, list, pin, unpin, forget, fact_history, fact_update and recall by an owner that
     differs in user, agent or tenant never reach (alice, bot)'s memory or fact."""
     async with running.client("acme", user="alice", agent="bot") as owner:
@@ -50,7 +50,7 @@ async def test_other_owners_cannot_read_or_write(running, tenant, user, agent) -
         assert [f.content for f in await owner.fact_history("boat")] == ["boat: a red kayak"]
 
 
-async def test_forget_owner_erases_exactly_one_owner(running) -> None:  # type: ignore[no-untyped-def]
+async def test_forget_owner_erases_exactly_one_owner(running) -> None:
     """forget_owner for (alice, bot) erases that owner's memories and raw turns only: alice's
     turns with another agent, and agent 'alice', keep theirs."""
     owners = {("alice", "bot"): "sailing", ("alice", "other"): "chess", (None, "alice"): "jazz"}
@@ -71,7 +71,7 @@ async def test_forget_owner_erases_exactly_one_owner(running) -> None:  # type: 
     assert sum((info.state.subjects or {}).values()) == 2  # (alice, other) and agent alice
 
 
-async def test_peer_reads_see_agent_owned_memories_only(running) -> None:  # type: ignore[no-untyped-def]
+async def test_peer_reads_see_agent_owned_memories_only(running) -> None:
     """peer_query and peer_query_any return an agent's own memories (no user), never a
     user's memory with that agent; peer_query_any from a user-only caller is not the tenant."""
     async with (
@@ -89,7 +89,7 @@ async def test_peer_reads_see_agent_owned_memories_only(running) -> None:  # typ
         assert anyone == [shared.id] and private.id not in anyone
 
 
-async def test_project_and_global_memories_are_shared_for_reading(running) -> None:  # type: ignore[no-untyped-def]
+async def test_project_and_global_memories_are_shared_for_reading(running) -> None:
     """A project memory is readable (get, list, recall) by another user of the project, a
     global one by every caller of the tenant; neither by another project or tenant; only the
     owner may pin or forget them."""
@@ -130,7 +130,7 @@ async def test_project_and_global_memories_are_shared_for_reading(running) -> No
         assert await code(stranger.get(glob.id)) == "not_found"
 
 
-async def test_cached_recall_sees_a_new_shared_memory(running) -> None:  # type: ignore[no-untyped-def]
+async def test_cached_recall_sees_a_new_shared_memory(running) -> None:
     """A cached recall of bob is invalidated when alice stores a global memory."""
     async with (
         running.client("acme", user="bob") as bob,

@@ -5,10 +5,12 @@ from __future__ import annotations
 import asyncio
 import json
 import random
+from typing import Any
 
 import nats
 import pytest
 
+from memstream.schemas.events import TurnEvent
 from memstream.schemas.subjects import DLQ_REASON_HEADER, DLQ_STAGE_HEADER
 
 pytestmark = pytest.mark.integration
@@ -66,7 +68,7 @@ def filler(rng: random.Random, i: int) -> str:
     return f"Turn {i}: thinking about {a} and maybe {b} later today."
 
 
-def events_for(client, tenant_index: int, rng: random.Random) -> list:  # type: ignore[no-untyped-def]
+def turns_for(client, tenant_index: int, rng: random.Random) -> list[TurnEvent]:
     events = []
     for i in range(100 - len(FACTS)):
         events.append(
@@ -88,18 +90,18 @@ def events_for(client, tenant_index: int, rng: random.Random) -> list:  # type: 
     return events
 
 
-async def publish_all(client, events) -> list:  # type: ignore[no-untyped-def]
+async def publish_all(client, events) -> list[Any]:
     return await asyncio.gather(*(client.publish(e) for e in events))
 
 
-async def test_two_tenants_recall_dedupe_isolation(running) -> None:  # type: ignore[no-untyped-def]
+async def test_two_tenants_recall_dedupe_isolation(running) -> None:
     """200 turns for two tenants: planted facts come back in the top 5 for a paraphrased query,
     never the other tenant's; publishing everything again stores nothing twice."""
     rng = random.Random(7)
     clients = [running.client(f"tenant-{k}", user="alice") for k in (0, 1)]
     for c in clients:
         await c.connect()
-    batches = [events_for(c, k, rng) for k, c in enumerate(clients)]
+    batches = [turns_for(c, k, rng) for k, c in enumerate(clients)]
     results = await asyncio.gather(
         *(publish_all(c, b) for c, b in zip(clients, batches, strict=True))
     )
@@ -129,7 +131,7 @@ async def test_two_tenants_recall_dedupe_isolation(running) -> None:  # type: ig
         await c.close()
 
 
-async def test_replay_after_duplicate_window_changes_nothing(running) -> None:  # type: ignore[no-untyped-def]
+async def test_replay_after_duplicate_window_changes_nothing(running) -> None:
     """Re-delivering the same event past JetStream's duplicate check (new msg id) still stores
     one memory: writes are idempotent by deterministic ids."""
     client = running.client("tenant-r", user="bob")
@@ -149,7 +151,7 @@ async def test_replay_after_duplicate_window_changes_nothing(running) -> None:  
     await client.close()
 
 
-async def test_malformed_event_is_dead_lettered_and_pipeline_continues(running) -> None:  # type: ignore[no-untyped-def]
+async def test_malformed_event_is_dead_lettered_and_pipeline_continues(running) -> None:
     """A malformed event lands on mem.dlq.extract with a reason; later events still flow."""
     s = running.worker.deps.subjects
     nc = await nats.connect(running.nats_url)
@@ -160,7 +162,7 @@ async def test_malformed_event_is_dead_lettered_and_pipeline_continues(running) 
     reasons = []
     for _ in range(2):
         msg = await dlq.next_msg(timeout=15)
-        assert msg.headers[DLQ_STAGE_HEADER] == "extract"
+        assert msg.headers is not None and msg.headers[DLQ_STAGE_HEADER] == "extract"
         reasons.append(msg.headers[DLQ_REASON_HEADER])
     assert any("messages" in r for r in reasons), reasons
     assert all(r.startswith("invalid TurnEvent") for r in reasons)
@@ -176,7 +178,7 @@ async def test_malformed_event_is_dead_lettered_and_pipeline_continues(running) 
     await nc.close()
 
 
-async def test_tool_and_system_messages_never_become_memories(running) -> None:  # type: ignore[no-untyped-def]
+async def test_tool_and_system_messages_never_become_memories(running) -> None:
     """System prompts and tool calls/results are not stored and never recalled."""
     client = running.client("tenant-t", user="u")
     await client.publish_turn(
@@ -201,7 +203,7 @@ async def test_tool_and_system_messages_never_become_memories(running) -> None: 
     await client.close()
 
 
-async def test_email_is_never_stored_or_returned(running) -> None:  # type: ignore[no-untyped-def]
+async def test_email_is_never_stored_or_returned(running) -> None:
     """An email address in a turn is replaced before storage, in the episode and in the typed
     memory extracted from it, and never comes back in clear (not even a fragment)."""
     client = running.client("tenant-e", user="u")
@@ -225,7 +227,7 @@ async def test_email_is_never_stored_or_returned(running) -> None:  # type: igno
     await client.close()
 
 
-async def test_recall_rejects_bad_requests_with_a_code(running) -> None:  # type: ignore[no-untyped-def]
+async def test_recall_rejects_bad_requests_with_a_code(running) -> None:
     """A malformed recall request gets an error reply with a code, not a crash or silence."""
     from memstream.producers.client import RecallError, _decode_reply
 

@@ -16,7 +16,7 @@ from memstream.storage.qdrant_server import ServerVectorIndex
 pytestmark = pytest.mark.integration
 
 
-async def seed(running, user: str = "zoe") -> dict[str, str]:  # type: ignore[no-untyped-def]
+async def seed(running, user: str = "zoe") -> dict[str, str]:
     """A few memories with different types, scopes, sessions, tags and times."""
     mem = running.client("acme", user=user)
     ids = {}
@@ -45,7 +45,7 @@ async def seed(running, user: str = "zoe") -> dict[str, str]:  # type: ignore[no
     return ids
 
 
-async def test_methods_and_attribution(running) -> None:  # type: ignore[no-untyped-def]
+async def test_methods_and_attribution(running) -> None:
     """keyword, vector and hybrid all find the memory; every hit names its type, session and
     source event."""
     ids = await seed(running)
@@ -66,7 +66,7 @@ async def test_methods_and_attribution(running) -> None:  # type: ignore[no-unty
         assert hit.source_event_ids and hit.source_event_ids[0].startswith("remember:")
 
 
-async def test_filters_narrow_never_widen(running) -> None:  # type: ignore[no-untyped-def]
+async def test_filters_narrow_never_widen(running) -> None:
     """Types, scopes, tags, session and time range AND with the owner scope."""
     ids = await seed(running)
     await seed(running, user="other")  # same texts, another owner: never returned
@@ -105,7 +105,7 @@ async def test_filters_narrow_never_widen(running) -> None:  # type: ignore[no-u
     assert len((await svc.recall(window)).hits) >= 2
 
 
-async def test_top_k_threshold_and_token_budget(running) -> None:  # type: ignore[no-untyped-def]
+async def test_top_k_threshold_and_token_budget(running) -> None:
     """top_k -1 returns all above the threshold; the threshold cuts weak hits; the token
     budget trims the reply and says so."""
     await seed(running)
@@ -123,7 +123,7 @@ async def test_top_k_threshold_and_token_budget(running) -> None:  # type: ignor
         RecallRequest(**base, top_k=0)
 
 
-async def test_query_cache_hits_and_is_invalidated(running) -> None:  # type: ignore[no-untyped-def]
+async def test_query_cache_hits_and_is_invalidated(running) -> None:
     """A repeated query is served from the shared KV cache; a new memory of the owner
     invalidates it at once."""
     await seed(running)
@@ -140,17 +140,17 @@ async def test_query_cache_hits_and_is_invalidated(running) -> None:  # type: ig
         assert not fresh.cached  # other parameters, other key
 
 
-async def test_degrades_to_keyword_when_the_embedder_fails(running) -> None:  # type: ignore[no-untyped-def]
+async def test_degrades_to_keyword_when_the_embedder_fails(running) -> None:
     """With a broken embedder, hybrid recall answers from the keyword leg and says so."""
     ids = await seed(running)
 
     class Broken:
         dim = running.worker.embedder.dim
 
-        def embed(self, texts):  # type: ignore[no-untyped-def]
+        def embed(self, texts):
             raise RuntimeError("model file unreadable")
 
-        def embed_query(self, text):  # type: ignore[no-untyped-def]
+        def embed_query(self, text):
             raise RuntimeError("model file unreadable")
 
     svc = RecallService(running.pg, running.worker.vectors, Broken())
@@ -162,7 +162,7 @@ async def test_degrades_to_keyword_when_the_embedder_fails(running) -> None:  # 
         assert reply.hits[0].id == ids["tea"]
 
 
-async def test_degrades_to_postgres_when_the_vector_index_is_down(running) -> None:  # type: ignore[no-untyped-def]
+async def test_degrades_to_postgres_when_the_vector_index_is_down(running) -> None:
     """With the Qdrant server unreachable, Postgres full-text search answers."""
     ids = await seed(running)
     down = ServerVectorIndex(
@@ -180,7 +180,7 @@ async def test_degrades_to_postgres_when_the_vector_index_is_down(running) -> No
 
 async def test_vector_recall_answers_when_postgres_is_down(
     running, database_url, namespace
-) -> None:  # type: ignore[no-untyped-def]
+) -> None:
     """With Postgres gone, recall still answers from the vector index (records in payload)."""
     ids = await seed(running)
     from memstream.storage.postgres import PgStore
@@ -193,7 +193,7 @@ async def test_vector_recall_answers_when_postgres_is_down(
     await svc.flush_touches()  # access counting fails, logged, not raised
 
 
-async def test_no_store_answers_gives_an_error_code(running) -> None:  # type: ignore[no-untyped-def]
+async def test_no_store_answers_gives_an_error_code(running) -> None:
     """Index and Postgres both down: the agent gets 'unavailable', not a hang or a crash."""
     await seed(running)
     running.worker.recall.vectors = ServerVectorIndex(

@@ -17,7 +17,7 @@ from memstream.storage.qdrant_server import ServerVectorIndex
 pytestmark = pytest.mark.integration
 
 
-async def test_topology_is_applied_and_updated(nats_url, namespace) -> None:  # type: ignore[no-untyped-def]
+async def test_topology_is_applied_and_updated(nats_url, namespace) -> None:
     """Streams and durable consumers get exactly the configured settings; applying twice is a
     no-op; a changed setting updates the existing consumer in place."""
     settings = Settings(
@@ -54,7 +54,7 @@ def settings_stream(settings: Settings, kind: str) -> str:
     return Subjects(settings.namespace).stream(kind)
 
 
-async def test_vector_index_down_keeps_memories_and_reconciles(  # type: ignore[no-untyped-def]
+async def test_vector_index_down_keeps_memories_and_reconciles(
     nats_url, pg, namespace, tmp_path, embedder
 ) -> None:
     """With the Qdrant server unreachable, stored memories stay in Postgres (not indexed),
@@ -80,16 +80,7 @@ async def test_vector_index_down_keeps_memories_and_reconciles(  # type: ignore[
         async with MemoryClient("acme", user="lee", nats_url=nats_url, namespace=namespace) as mem:
             await mem.publish_turn([("user", "The spare tyre is in the garage loft")])
             flt = OwnerFilter(tenant="acme", user="lee")
-
-            async def stored() -> bool:
-                return bool(await pg.list_memories(flt))
-
-            import asyncio
-
-            for _ in range(200):
-                if await stored():
-                    break
-                await asyncio.sleep(0.05)
+            assert await mem.flush(within_s=10)  # stored in Postgres, not indexed
             rows = await pg.list_memories(flt)
             assert rows and not rows[0].indexed
             reply = await mem.recall("where is the spare tyre?", cache=False)
@@ -112,13 +103,12 @@ async def test_vector_index_down_keeps_memories_and_reconciles(  # type: ignore[
         await nc.close()
 
 
-async def test_postgres_outage_dead_letters_then_replay_stores(  # type: ignore[no-untyped-def]
+async def test_postgres_outage_dead_letters_then_replay_stores(
     nats_url, database_url, namespace, tmp_path, embedder
 ) -> None:
     """Postgres gone: the extract stage retries, then dead-letters the turn with the reason;
     once Postgres is back, `memstream dlq replay` sends it through and it is stored once."""
     import argparse
-    import asyncio
 
     from memstream.consumers.dlq import dead_letters
     from memstream.consumers.dlq import run as dlq_run
@@ -142,13 +132,11 @@ async def test_postgres_outage_dead_letters_then_replay_stores(  # type: ignore[
     s = Subjects(namespace)
     nc = await nats.connect(nats_url)
     js = nc.jetstream()
+    arrived = await nc.subscribe(s.dlq("extract"))  # the dead letter as it is published
     try:
         async with MemoryClient("acme", user="mo", nats_url=nats_url, namespace=namespace) as mem:
             await mem.publish_turn([("user", "The bike lock code starts with seven")])
-            for _ in range(200):
-                if await dead_letters(js, s, "extract", 10):
-                    break
-                await asyncio.sleep(0.05)
+            await arrived.next_msg(timeout=15)
             (dead,) = await dead_letters(js, s, "extract", 10)
             assert "StorageUnavailable" in dead.headers[DLQ_REASON_HEADER]
             healthy = await PgStore.connect(database_url, schema=namespace)
@@ -157,10 +145,7 @@ async def test_postgres_outage_dead_letters_then_replay_stores(  # type: ignore[
             assert await dlq_run(args, settings, nats_url) == 0
             assert await dead_letters(js, s, "extract", 10) == []
             flt = OwnerFilter(tenant="acme", user="mo")
-            for _ in range(200):
-                if await healthy.list_memories(flt):
-                    break
-                await asyncio.sleep(0.05)
+            assert await mem.flush(within_s=15)  # the replayed turn went through every stage
             rows = await healthy.list_memories(flt)
             assert len(rows) == 1 and "bike lock" in rows[0].content
             await healthy.close()

@@ -47,6 +47,8 @@ def expected(rows: list[MemoryRecord], m: MemoryRecord, turns: int) -> list[str]
 
 
 async def test_session_contexts_of_a_batch_follow_the_definition(pg: PgStore) -> None:
+    """One query returns each candidate's session context as the definition for a single
+    candidate would."""
     cands = [
         Candidate(
             candidate_id=f"c{i}",

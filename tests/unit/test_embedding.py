@@ -162,6 +162,8 @@ def test_wheel_ships_the_model_files(tmp_path: Path) -> None:
         assert "memstream/storage/migrations/002_memory_model.sql" in names
         assert "memstream/storage/migrations/004_session_order.sql" in names
         assert "memstream/pipeline/redact/data/gitleaks.toml" in names
+        assert "memstream/console/static/htmx.min.js" in names  # the console, no CDN
+        assert "memstream/console/templates/base.html" in names
         assert "memstream/producers/py.typed" in names  # the SDK is typed (PEP 561)
         zf.extractall(tmp_path / "installed", [n for n in names if n.startswith(inside)])
     packed = StaticEmbedder(tmp_path / "installed" / inside)

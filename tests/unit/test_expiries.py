@@ -38,7 +38,7 @@ _OPS = st.lists(
 
 
 @given(_OPS, st.integers(0, 10))
-def test_matches_a_plain_count_of_live_points(ops, now: int) -> None:  # type: ignore[no-untyped-def]
+def test_matches_a_plain_count_of_live_points(ops, now: int) -> None:
     """Against a reference multiset, for any sequence of adds and removes."""
     e, live = Expiries(), []
     for add, tenant, pid, at in ops:

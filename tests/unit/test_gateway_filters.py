@@ -40,7 +40,7 @@ ITEM = {
         ({"scope": "user", "channel": "sms"}, False),
     ],
 )
-def test_matches(f, expected) -> None:  # type: ignore[no-untyped-def]
+def test_matches(f, expected) -> None:
     """Equality, eq/ne/in/nin, tags as a set, metadata keys, AND, OR and implicit AND."""
     flt.validate(f)
     assert flt.matches(f, ITEM) is expected
@@ -60,7 +60,7 @@ def test_matches(f, expected) -> None:  # type: ignore[no-untyped-def]
         {"a": {"eq": 1, "ne": 2}},
     ],
 )
-def test_invalid_filters(f) -> None:  # type: ignore[no-untyped-def]
+def test_invalid_filters(f) -> None:
     """Empty filters, non-list AND/OR, unknown operators, non-scalar values are refused."""
     with pytest.raises(ApiError) as info:
         flt.validate(f)

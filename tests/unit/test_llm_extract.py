@@ -101,7 +101,8 @@ def test_answer_text_reads_chat_completions_only() -> None:
     """The content of the first choice's message, else ValueError."""
     ok = {"choices": [{"message": {"role": "assistant", "content": "{}"}}]}
     assert answer_text(ok) == "{}"
-    for bad in ({}, {"choices": []}, {"choices": [{"message": {"content": None}}]}, [1]):
+    bads: list[object] = [{}, {"choices": []}, {"choices": [{"message": {"content": None}}]}, [1]]
+    for bad in bads:
         with pytest.raises(ValueError):
             answer_text(bad)
 

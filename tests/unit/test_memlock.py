@@ -74,11 +74,13 @@ def test_refuses_up_front_when_future_allocations_could_fail(
     """A finite limit without CAP_IPC_LOCK: MCL_FUTURE could make later allocations fail, so
     mlockall is never called."""
     monkeypatch.setattr(memlock, "_can_ipc_lock", lambda: False)
-    monkeypatch.setattr(memlock.resource, "getrlimit", lambda _: (8 << 20, 8 << 20))
+    monkeypatch.setattr(
+        "memstream.consumers.memlock.resource.getrlimit", lambda _: (8 << 20, 8 << 20)
+    )
 
     def no_libc(*_: object, **__: object) -> None:
         raise AssertionError("mlockall must not be called")
 
-    monkeypatch.setattr(memlock.ctypes, "CDLL", no_libc)
+    monkeypatch.setattr("memstream.consumers.memlock.ctypes.CDLL", no_libc)
     why = memlock.lock_memory()
     assert why is not None and "RLIMIT_MEMLOCK is 8388608 bytes" in why

@@ -11,11 +11,14 @@ from memstream.storage.termstats import TermStats, idf
 
 
 def test_idf_is_qdrants_formula() -> None:
+    """IDF is Qdrant's BM25 formula and falls as a term gets commoner."""
     assert idf(10, 1) == pytest.approx(math.log((10 - 1 + 0.5) / 1.5 + 1))
     assert idf(10, 10) < idf(10, 5) < idf(10, 1)
 
 
 def test_weigh_multiplies_query_weights_by_the_corpus_idf() -> None:
+    """Query weights are scaled by the IDF of the filtered corpus only; unknown terms and
+    corpora weigh nothing."""
     stats = TermStats("tenant")
     acme = stats.corpora("acme", "ann", None)
     for terms in ([1, 2], [1], [1, 3]):
@@ -27,6 +30,7 @@ def test_weigh_multiplies_query_weights_by_the_corpus_idf() -> None:
 
 
 def test_removing_every_point_forgets_the_corpus() -> None:
+    """A corpus whose points are all removed has no points and weighs nothing."""
     stats = TermStats("tenant")
     acme = stats.corpora("acme", None, "bot")
     stats.add(acme, [1, 2])
@@ -36,6 +40,7 @@ def test_removing_every_point_forgets_the_corpus() -> None:
 
 
 def test_a_point_without_terms_is_in_no_corpus() -> None:
+    """A point without terms is counted in no corpus."""
     stats = TermStats("collection")
     stats.add(stats.corpora("acme", "ann", None), [])
     assert stats.points(("",)) == 0
@@ -53,6 +58,7 @@ def test_a_point_without_terms_is_in_no_corpus() -> None:
 def test_owner_scope_picks_the_owner_the_filter_names(
     user: str | None, agent: str | None, corpus: tuple[str, ...]
 ) -> None:
+    """An owner-scoped index picks the corpus of exactly the owner the filter names."""
     stats = TermStats("owner")
     stats.add(stats.corpora("acme", "ann", "bot"), [1])
     stats.add(stats.corpora("acme", "ann", "other"), [1])

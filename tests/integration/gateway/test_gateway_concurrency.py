@@ -11,7 +11,7 @@ pytestmark = pytest.mark.integration
 CLIENTS = 50
 
 
-async def test_fifty_clients_lose_nothing(gateway, tenant) -> None:  # type: ignore[no-untyped-def]
+async def test_fifty_clients_lose_nothing(gateway, tenant) -> None:
     """Every client's turn is flushed and found by its own current_chat search, and the
     tenant holds exactly one episode per client."""
     key = await gateway.key(tenant)  # one service key; each client is its own user

@@ -18,7 +18,7 @@ pytestmark = pytest.mark.integration
 MEMSTREAM = str(Path(sys.executable).parent / "memstream")
 
 
-async def test_keys_create_binds_and_prints_the_key_last(database_url, tmp_path) -> None:  # type: ignore[no-untyped-def]
+async def test_keys_create_binds_and_prints_the_key_last(database_url, tmp_path) -> None:
     """The key is the last line, alone; only its hash is stored, bound to tenant, user and
     agent; a key without --user/--agent is tenant-wide."""
     name = f"keys_{uuid.uuid4().hex[:12]}"

@@ -15,7 +15,7 @@ import pytest
 pytestmark = pytest.mark.integration
 
 
-async def test_gateway_verb_serves_and_stops(running, tenant, tmp_path) -> None:  # type: ignore[no-untyped-def]
+async def test_gateway_verb_serves_and_stops(running, tenant, tmp_path) -> None:
     """`memstream gateway --port 0` prints its URL, answers /healthz and a keyed search over
     the running worker, and exits 0 on SIGTERM."""
     exe = Path(sys.executable).parent / "memstream"

@@ -28,7 +28,7 @@ def fuzz(url: str, key: str) -> dict[str, Any]:
         "modes_without_inputs": [],
     }
     for result in schema.get_all_operations():
-        op = result.ok()
+        op = result.ok()  # type: ignore[union-attr]  # an invalid schema fails the run here
         figures["operations"] += 1
         for mode in (schemathesis.GenerationMode.POSITIVE, schemathesis.GenerationMode.NEGATIVE):
 
@@ -68,7 +68,7 @@ def fuzz(url: str, key: str) -> dict[str, Any]:
     return figures
 
 
-async def test_schemathesis_no_5xx_and_error_shape(gateway, tenant) -> None:  # type: ignore[no-untyped-def]
+async def test_schemathesis_no_5xx_and_error_shape(gateway, tenant) -> None:
     """Every operation, positive and negative examples: no 5xx, errors `{code, message}`."""
     key = await gateway.key(tenant)  # tenant-wide: generated user ids are all allowed
     figures = await asyncio.to_thread(fuzz, gateway.url, key)

@@ -15,7 +15,7 @@ def pieces(key: str) -> list[str]:
     return [key[i : i + 8] for i in range(0, len(key) - 7)]
 
 
-async def test_key_never_in_responses_or_logs(gateway, tenant, caplog, capfd) -> None:  # type: ignore[no-untyped-def]
+async def test_key_never_in_responses_or_logs(gateway, tenant, caplog, capfd) -> None:
     """Right, wrong, malformed and over-long keys on every route: no response body, header,
     error or log line holds any 8-character piece of a key."""
     caplog.set_level(logging.DEBUG)
@@ -53,7 +53,7 @@ async def test_key_never_in_responses_or_logs(gateway, tenant, caplog, capfd) ->
             assert p not in logs, "a log line holds part of a key"
 
 
-async def test_wrong_and_missing_keys_are_401(gateway, tenant) -> None:  # type: ignore[no-untyped-def]
+async def test_wrong_and_missing_keys_are_401(gateway, tenant) -> None:
     """A wrong, revoked, missing or non-Bearer key gets 401 with the JSON shape."""
     key = await gateway.key(tenant, user="u")
     revoked = await gateway.key(tenant, user="u")
@@ -78,7 +78,7 @@ async def test_wrong_and_missing_keys_are_401(gateway, tenant) -> None:  # type:
         assert r.headers["www-authenticate"] == "Bearer"
 
 
-async def test_no_read_crosses_tenants_or_owners(gateway, tenant) -> None:  # type: ignore[no-untyped-def]
+async def test_no_read_crosses_tenants_or_owners(gateway, tenant) -> None:
     """Tenant B's key cannot see tenant A's memories (same user name); a tenant-wide key of
     A searching user bob does not see alice's; alice's key cannot name bob (403)."""
     a_alice = await gateway.key(tenant, user="alice")
@@ -104,7 +104,7 @@ async def test_no_read_crosses_tenants_or_owners(gateway, tenant) -> None:  # ty
     assert r.status_code == 200 and r.json()["results"] == []
 
 
-async def test_worker_refuses_another_owner_than_the_key(gateway, tenant) -> None:  # type: ignore[no-untyped-def]
+async def test_worker_refuses_another_owner_than_the_key(gateway, tenant) -> None:
     """The worker itself (not only the gateway) refuses a request that names another owner
     than its key's: an SDK client with alice's key asking as bob is unauthorized."""
     from memstream.producers.client import RecallError
@@ -118,7 +118,7 @@ async def test_worker_refuses_another_owner_than_the_key(gateway, tenant) -> Non
         assert (await mem.recall("anything", cache=False)).hits == []
 
 
-async def test_pipeline_down_is_503_and_healthz_names_it(gateway, tenant) -> None:  # type: ignore[no-untyped-def]
+async def test_pipeline_down_is_503_and_healthz_names_it(gateway, tenant) -> None:
     """With no worker answering, the gateway stays up: routes give 503 `unavailable` and
     /healthz says the workers are missing."""
     r = await gateway.http.get("/healthz")
@@ -135,7 +135,7 @@ async def test_pipeline_down_is_503_and_healthz_names_it(gateway, tenant) -> Non
         await gateway.running.worker.start()
 
 
-async def test_nats_unreachable_is_503_and_healthz_names_it(running) -> None:  # type: ignore[no-untyped-def]
+async def test_nats_unreachable_is_503_and_healthz_names_it(running) -> None:
     """A gateway whose NATS cannot be reached starts and answers: 503 on routes, /healthz
     names nats as missing."""
     import socket

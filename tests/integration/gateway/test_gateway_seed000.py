@@ -7,7 +7,7 @@ import pytest
 pytestmark = pytest.mark.integration
 
 
-async def test_add_flush_search_returns_the_turn(gateway, tenant) -> None:  # type: ignore[no-untyped-def]
+async def test_add_flush_search_returns_the_turn(gateway, tenant) -> None:
     """A turn added, then flushed, is found by search with seed 000's result fields."""
     key = await gateway.key(tenant, user="alice")
     r = await gateway.add(key, "alice", "c1", "I always drink oolong tea in the morning")
@@ -29,7 +29,7 @@ async def test_add_flush_search_returns_the_turn(gateway, tenant) -> None:  # ty
 BEAVER = {"app_id": "default", "project_id": "default"}
 
 
-async def test_beaver_payloads_round_trip(gateway, tenant) -> None:  # type: ignore[no-untyped-def]
+async def test_beaver_payloads_round_trip(gateway, tenant) -> None:
     """Seed 000's exact payloads: add the user prompt and the final answer, flush once, then
     search with scope current_chat+resources and top_k 8; results carry the fields Beaver
     keeps (id, session_id, text, score, source_scope, resource_uri)."""
@@ -78,7 +78,7 @@ async def test_beaver_payloads_round_trip(gateway, tenant) -> None:  # type: ign
         assert res["source_scope"] in ("current_chat", "resources")
 
 
-async def test_retried_add_creates_one_memory(gateway, tenant) -> None:  # type: ignore[no-untyped-def]
+async def test_retried_add_creates_one_memory(gateway, tenant) -> None:
     """The same add sent twice (a retry) is one turn and one memory; an Idempotency-Key makes
     a retry with a different timestamp one turn too."""
     key = await gateway.key(tenant, user="u")
@@ -101,7 +101,7 @@ async def test_retried_add_creates_one_memory(gateway, tenant) -> None:  # type:
     assert len(episodes) == 2, episodes
 
 
-async def test_empty_search_and_missing_turns(gateway, tenant) -> None:  # type: ignore[no-untyped-def]
+async def test_empty_search_and_missing_turns(gateway, tenant) -> None:
     """A search that finds nothing is 200 with an empty list; a flush of a session with no
     turns returns flushed at once."""
     key = await gateway.key(tenant, user="u")
@@ -128,7 +128,7 @@ async def test_empty_search_and_missing_turns(gateway, tenant) -> None:  # type:
         ({"unknown_field": 1}, "unknown_field"),
     ],
 )
-async def test_search_validation(gateway, tenant, change, where) -> None:  # type: ignore[no-untyped-def]
+async def test_search_validation(gateway, tenant, change, where) -> None:
     """Empty/unknown/repeated scopes, top_k outside -1|1..100, empty query, current_chat
     without a conversation, empty user_id, unknown fields: 422 naming the field."""
     key = await gateway.key(tenant, user="u")
@@ -153,11 +153,15 @@ async def test_search_validation(gateway, tenant, change, where) -> None:  # typ
                 {"sender_id": "a", "role": "assistant", "timestamp": 4, "content": "y"},
             ]
         },
+        # control characters: accepted by a looser rule, they failed the turn's wire schema (500)
+        {"messages": [{"sender_id": "u\x1f", "role": "user", "timestamp": 1, "content": "x"}]},
+        {"session_id": "chat:s\x07"},
+        {"app_id": "a\x85"},
     ],
 )
-async def test_add_validation(gateway, tenant, change) -> None:  # type: ignore[no-untyped-def]
+async def test_add_validation(gateway, tenant, change) -> None:
     """session_id must be chat:<id>; messages non-empty with positive, non-decreasing ms
-    timestamps and a known role: else 422."""
+    timestamps and a known role; identifiers without control characters: else 422."""
     key = await gateway.key(tenant, user="u")
     body = {
         "user_id": "u",
@@ -171,7 +175,7 @@ async def test_add_validation(gateway, tenant, change) -> None:  # type: ignore[
     assert set(r.json()) == {"code", "message"}
 
 
-async def test_malformed_json_is_422(gateway) -> None:  # type: ignore[no-untyped-def]
+async def test_malformed_json_is_422(gateway) -> None:
     """A body that is not JSON gets the JSON error shape, not a crash."""
     for path in ("/memories/search", "/memories/add", "/memories/flush"):
         r = await gateway.http.post(
@@ -180,7 +184,7 @@ async def test_malformed_json_is_422(gateway) -> None:  # type: ignore[no-untype
         assert r.status_code == 422 and r.json()["code"] == "validation_error"
 
 
-async def test_unprocessed_turns_and_pending_flush(gateway, tenant) -> None:  # type: ignore[no-untyped-def]
+async def test_unprocessed_turns_and_pending_flush(gateway, tenant) -> None:
     """With the stages stopped, an added turn is returned by current_chat search as
     unprocessed_message, and flush times out with 202 saying what is pending."""
     key = await gateway.key(tenant, user="u")
@@ -202,7 +206,7 @@ async def test_unprocessed_turns_and_pending_flush(gateway, tenant) -> None:  # 
     assert f.json()["pending"]["turns_waiting_for_extract"] is True
 
 
-async def test_oversized_turns_are_413(gateway, tenant) -> None:  # type: ignore[no-untyped-def]
+async def test_oversized_turns_are_413(gateway, tenant) -> None:
     """A turn larger than a NATS message is 413 `too_large`, and so is a body over 8 MiB:
     never a 5xx."""
     key = await gateway.key(tenant, user="u")
@@ -216,7 +220,7 @@ async def test_oversized_turns_are_413(gateway, tenant) -> None:  # type: ignore
     assert r.status_code == 413 and r.json()["code"] == "too_large"
 
 
-async def test_agent_id_does_not_lift_the_user_binding(gateway, tenant) -> None:  # type: ignore[no-untyped-def]
+async def test_agent_id_does_not_lift_the_user_binding(gateway, tenant) -> None:
     """With agent_id, a key bound to alice still cannot name user bob (403)."""
     key = await gateway.key(tenant, user="alice")
     r = await gateway.search(key, "bob", "q", agent_id="helper")

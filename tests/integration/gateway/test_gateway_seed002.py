@@ -22,7 +22,7 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-async def test_remember_high_salience_is_stored_everywhere_and_promoted(gateway, tenant) -> None:  # type: ignore[no-untyped-def]
+async def test_remember_high_salience_is_stored_everywhere_and_promoted(gateway, tenant) -> None:
     """salience >= 0.7: 201, memory_id, stored_in postgres+qdrant, and a fact; recall finds
     both with source memory and fact, similarity_score, created_at; the repeat is cached."""
     key = await gateway.key(tenant)  # a tenant-wide service key serves every client_id
@@ -52,7 +52,7 @@ async def test_remember_high_salience_is_stored_everywhere_and_promoted(gateway,
     assert r.json()["cached"] is True and r.json()["results"] == rec["results"]
 
 
-async def test_low_salience_is_not_promoted(gateway, tenant) -> None:  # type: ignore[no-untyped-def]
+async def test_low_salience_is_not_promoted(gateway, tenant) -> None:
     """salience 0.5: stored, no fact."""
     key = await gateway.key(tenant, user="7")
     body = {"content": "Client mentioned the office plants", "client_id": 7, "salience_hint": 0.5}
@@ -60,7 +60,7 @@ async def test_low_salience_is_not_promoted(gateway, tenant) -> None:  # type: i
     assert r.status_code == 201 and r.json()["fact_id"] is None
 
 
-async def test_index_down_reports_only_postgres(gateway, tenant, embedder) -> None:  # type: ignore[no-untyped-def]
+async def test_index_down_reports_only_postgres(gateway, tenant, embedder) -> None:
     """With the vector index unreachable, remember still succeeds with stored_in ["postgres"]
     and recall answers from Postgres, marked degraded."""
     key = await gateway.key(tenant)
@@ -91,7 +91,7 @@ async def test_index_down_reports_only_postgres(gateway, tenant, embedder) -> No
         await down.close()
 
 
-async def test_facts_create_and_update_close_the_old_version(gateway, tenant) -> None:  # type: ignore[no-untyped-def]
+async def test_facts_create_and_update_close_the_old_version(gateway, tenant) -> None:
     """POST /facts opens a version (valid_to null); /facts/{id}/update closes it and opens
     the next; recall returns the new one as a fact."""
     key = await gateway.key(tenant, user="1")
@@ -128,7 +128,7 @@ async def test_facts_create_and_update_close_the_old_version(gateway, tenant) ->
     assert any("flat white" in t for t in texts) and not any("espresso" in t for t in texts)
 
 
-async def test_scopes_filter_and_lifecycles(gateway, tenant) -> None:  # type: ignore[no-untyped-def]
+async def test_scopes_filter_and_lifecycles(gateway, tenant) -> None:
     """scopes=["user","global"] excludes run and session memories; session memories expire
     after 24 h; ending a run erases its memories."""
     key = await gateway.key(tenant, user="5")
@@ -172,7 +172,7 @@ async def test_scopes_filter_and_lifecycles(gateway, tenant) -> None:  # type: i
         {"content": "x", "client_id": 1, "metadata": {"nested": {"no": 1}}},
     ],
 )
-async def test_remember_validation(gateway, tenant, body) -> None:  # type: ignore[no-untyped-def]
+async def test_remember_validation(gateway, tenant, body) -> None:
     """Out-of-range salience, unknown scope/type, empty content, missing client_id, a run
     memory without run_id, non-scalar metadata: 422 with the error shape."""
     key = await gateway.key(tenant)
@@ -192,7 +192,7 @@ async def test_remember_validation(gateway, tenant, body) -> None:  # type: igno
         {"query": "q", "client_id": "1", "scopes": "[1,"},
     ],
 )
-async def test_recall_validation(gateway, tenant, params) -> None:  # type: ignore[no-untyped-def]
+async def test_recall_validation(gateway, tenant, params) -> None:
     """k outside 1..100, empty query, missing client_id, unknown or malformed scopes: 422."""
     key = await gateway.key(tenant)
     r = await gateway.http.get("/api/v1/memory/recall", params=params, headers=auth(key))
@@ -200,7 +200,7 @@ async def test_recall_validation(gateway, tenant, params) -> None:  # type: igno
     assert r.json()["code"] == "validation_error"
 
 
-async def test_user_bound_key_serves_only_its_client(gateway, tenant) -> None:  # type: ignore[no-untyped-def]
+async def test_user_bound_key_serves_only_its_client(gateway, tenant) -> None:
     """A key bound to user 1 cannot remember or recall for client 2 (403)."""
     key = await gateway.key(tenant, user="1")
     r = await gateway.http.post(

@@ -7,7 +7,7 @@ import pytest
 pytestmark = pytest.mark.integration
 
 
-async def _seeded(gateway, tenant):  # type: ignore[no-untyped-def]
+async def _seeded(gateway, tenant):
     key = await gateway.key(tenant, user="alice")
     await gateway.add(key, "alice", "c1", "I prefer dark roast coffee from the corner shop")
     await gateway.add(key, "alice", "c2", "The quarterly report goes to finance on Fridays")
@@ -16,7 +16,7 @@ async def _seeded(gateway, tenant):  # type: ignore[no-untyped-def]
     return key
 
 
-async def test_defaults(gateway, tenant) -> None:  # type: ignore[no-untyped-def]
+async def test_defaults(gateway, tenant) -> None:
     """Defaults: method hybrid, include_profile true, enable_llm_rerank true (reported as no
     reranker configured), agentic unset."""
     key = await _seeded(gateway, tenant)
@@ -28,7 +28,7 @@ async def test_defaults(gateway, tenant) -> None:  # type: ignore[no-untyped-def
     assert "profile" in {x["memory_type"] for x in body["results"]}
 
 
-async def test_custom_options(gateway, tenant) -> None:  # type: ignore[no-untyped-def]
+async def test_custom_options(gateway, tenant) -> None:
     """agent_id searches that agent's memories; keyword method; top_k -1 returns every hit
     above the radius; both flags false: no profile results, no rerank report; agentic runs
     as hybrid and says so."""
@@ -80,7 +80,7 @@ async def test_custom_options(gateway, tenant) -> None:  # type: ignore[no-untyp
         {"filters": {}},
     ],
 )
-async def test_invalid_options_are_422(gateway, tenant, change) -> None:  # type: ignore[no-untyped-def]
+async def test_invalid_options_are_422(gateway, tenant, change) -> None:
     """Unknown method, radius outside 0..1, top_k 0, empty agent_id, a non-boolean flag and
     malformed filters (unknown operator, empty AND, AND of a non-list, in of a non-list,
     non-scalar value, empty filter) are 422."""
@@ -90,7 +90,7 @@ async def test_invalid_options_are_422(gateway, tenant, change) -> None:  # type
     assert r.json()["code"] == "validation_error"
 
 
-async def test_filters_are_and_composed_with_the_scope(gateway, tenant) -> None:  # type: ignore[no-untyped-def]
+async def test_filters_are_and_composed_with_the_scope(gateway, tenant) -> None:
     """Caller filters AND the scope's session filter exactly as seed 003 writes it, and only
     matching results come back; OR and in work over memory fields."""
     key = await _seeded(gateway, tenant)
@@ -110,7 +110,7 @@ async def test_filters_are_and_composed_with_the_scope(gateway, tenant) -> None:
     assert all(x["session_id"] != "chat:c1" for x in r.json()["results"])
 
 
-async def test_radius_is_an_absolute_threshold(gateway, tenant) -> None:  # type: ignore[no-untyped-def]
+async def test_radius_is_an_absolute_threshold(gateway, tenant) -> None:
     """Without a radius an unrelated query still gets hits (ranking only); with radius 0.25
     the unrelated query gets none while the related one keeps its hit: the score is
     calibrated across queries."""
@@ -124,7 +124,7 @@ async def test_radius_is_an_absolute_threshold(gateway, tenant) -> None:  # type
     assert r.json()["results"] and "quarterly report" in r.json()["results"][0]["text"]
 
 
-async def test_every_memory_type_is_labelled(gateway, tenant) -> None:  # type: ignore[no-untyped-def]
+async def test_every_memory_type_is_labelled(gateway, tenant) -> None:
     """episode, profile, agent_case, agent_skill and unprocessed_message all appear, mapped
     from memstream's types."""
     key = await _seeded(gateway, tenant)
@@ -164,4 +164,9 @@ async def test_every_memory_type_is_labelled(gateway, tenant) -> None:  # type: 
     )
     assert r.status_code == 200, r.text
     kinds = {x["memory_type"] for x in r.json()["results"]}
-    assert kinds == {"episode", "profile", "agent_case", "agent_skill", "unprocessed_message"}
+    assert kinds == {"episode", "profile", "agent_case", "unprocessed_message"}
+    # the agent's learning is owned by (alice, barista), not by alice alone: it is found
+    # when the search names the agent (owner semantics, docs/memory-model.md)
+    r = await gateway.search(key, "alice", "grind coffee", agent_id="barista", top_k=20)
+    assert r.status_code == 200, r.text
+    assert {x["memory_type"] for x in r.json()["results"]} == {"agent_skill"}

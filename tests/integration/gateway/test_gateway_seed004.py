@@ -16,7 +16,7 @@ def auth(key: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {key}"}
 
 
-async def test_commit_query_list_peer_pending(gateway, tenant) -> None:  # type: ignore[no-untyped-def]
+async def test_commit_query_list_peer_pending(gateway, tenant) -> None:
     """commit stores structured task_context, dedupes; query scores and counts accesses;
     list pages; peer-query reads another agent without counting; pending-review counts.
     Each agent has its own key, so its memories are agent-owned: what peers may read (a
@@ -58,7 +58,7 @@ async def test_commit_query_list_peer_pending(gateway, tenant) -> None:  # type:
             "/api/agent-memory/list", json={"agent_name": "scout"}, headers=h
         )
         counts = {m["memory_id"]: m["access_count"] for m in r.json()["memories"]}
-        return counts[first["memory_id"]] >= 1
+        return bool(counts[first["memory_id"]] >= 1)
 
     await gateway.running.wait_for(counted, 10, "the query's access to be counted")
 
@@ -116,7 +116,7 @@ async def test_commit_query_list_peer_pending(gateway, tenant) -> None:  # type:
         ),
     ],
 )
-async def test_limits_and_shapes_give_422(gateway, tenant, path, body) -> None:  # type: ignore[no-untyped-def]
+async def test_limits_and_shapes_give_422(gateway, tenant, path, body) -> None:
     """Limits above the maximum and malformed bodies are 422 with the error shape."""
     key = await gateway.key(tenant, user="ops")
     r = await gateway.http.post(path, json=body, headers=auth(key))
@@ -124,7 +124,7 @@ async def test_limits_and_shapes_give_422(gateway, tenant, path, body) -> None: 
     assert set(r.json()) == {"code", "message"} and r.json()["code"] == "validation_error"
 
 
-async def test_pending_review_rejects_bad_since(gateway, tenant) -> None:  # type: ignore[no-untyped-def]
+async def test_pending_review_rejects_bad_since(gateway, tenant) -> None:
     """since must be a JSON map of agents to ISO times."""
     key = await gateway.key(tenant, user="ops")
     for since in ("not json", "[1]", '{"a": "yesterday"}'):
@@ -134,7 +134,7 @@ async def test_pending_review_rejects_bad_since(gateway, tenant) -> None:  # typ
         assert r.status_code == 422 and r.json()["code"] == "validation_error"
 
 
-async def test_agent_bound_key_cannot_act_as_another_agent(gateway, tenant) -> None:  # type: ignore[no-untyped-def]
+async def test_agent_bound_key_cannot_act_as_another_agent(gateway, tenant) -> None:
     """A key bound to agent A cannot commit or query as agent B (403), nor without a key (401)."""
     key = await gateway.key(tenant, agent="a")
     body = {"agent_name": "b", "content": "x", "memory_type": "lesson_learned"}

@@ -3,7 +3,7 @@
 per point. Measures search, search_sparse and fetch (p50/p95, at the caller) before and after
 ``optimize()``, with reads on the event loop and in a thread.
 
-    python tests/contract/bench_vector_index.py [--points 100000] [--path DIR]
+    python benchmarks/vector_index.py [--points 100000] [--path DIR]
 """
 
 from __future__ import annotations

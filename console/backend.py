@@ -1,0 +1,533 @@
+"""What the console reads and does, over NATS only: JetStream stream and consumer info, the
+workers' ``ops.stats`` answers, the dead-letter stream, ``mem.recall`` and ``mem.cmd.*``.
+
+The console holds no state a restart loses (the counters' previous samples, for rates, are a
+convenience). Every action publishes an audit event on ``mem.events.<tenant>`` (the tenant the
+action concerns, or ``_console`` when none): the action and ids, never a token, a key, a query
+or a body.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import time
+import uuid
+from collections import deque
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+import nats
+from nats.errors import Error as NatsError
+from nats.errors import NoRespondersError
+from nats.errors import TimeoutError as NatsTimeout
+from nats.js.api import ConsumerConfig, DeliverPolicy
+from pydantic import ValidationError
+
+from memstream.schemas.commands import VERBS, CommandReply
+from memstream.schemas.errors import ErrorReply
+from memstream.schemas.memory import MemoryEvent
+from memstream.schemas.recall import RecallReply, RecallRequest
+from memstream.schemas.settings import Settings
+
+if TYPE_CHECKING:  # a type only: the gateway mounts the console without the pipeline installed
+    from memstream.pipeline.redact import Redacts
+from memstream.schemas.subjects import (
+    DLQ_DELIVERIES_HEADER,
+    DLQ_REASON_HEADER,
+    DLQ_STAGE_HEADER,
+    DLQ_SUBJECT_HEADER,
+    MSG_ID_HEADER,
+    STAGES,
+    Subjects,
+)
+
+AUDIT_TENANT = "_console"  # audit events of actions that concern no tenant (login, logout)
+STREAM_KINDS = ("turns", "stages", "events", "dlq")
+STATS_WAIT_S = 0.3  # how long to collect workers' stats answers (after the first: 50 ms)
+RATE_WINDOW_S = 15.0
+SHOWN_CHARS = 256 * 1024  # of a dead letter's body
+HIDDEN = "(hidden: no worker answered to redact it)"
+EVENT_SCAN = 2000  # how far back the events page looks for one tenant's events
+
+
+class ConsoleError(Exception):
+    """An action or a query failed; the message is safe to show (no value, no address)."""
+
+
+@dataclass(frozen=True)
+class Caller:
+    """The owner whose memories the Memories page shows (ids, and the tenant's key if the
+    deployment requires one: it is sent with each request and never rendered)."""
+
+    tenant: str
+    user: str | None = None
+    agent: str | None = None
+    api_key: str | None = field(default=None, repr=False)
+
+
+@dataclass(frozen=True)
+class DeadLetter:
+    seq: int
+    stage: str
+    subject: str
+    reason: str  # redacted
+    deliveries: str
+    at: datetime
+    size: int
+    tenant: str | None
+
+
+@dataclass
+class ConsoleBackend:
+    """The console's one port to the system: a NATS connection, settings and the deployment's
+    redaction (its key and tenant policies, so placeholders match the stored memories')."""
+
+    settings: Settings
+    nc: Any
+    # None: dead letters are redacted by the workers (<ns>.ops.redact), so a console outside
+    # them (the gateway's) needs no redaction key
+    redactor: Redacts | None = None
+    owns_connection: bool = False
+    _samples: deque[tuple[float, dict[str, float]]] = field(
+        default_factory=lambda: deque(maxlen=120)
+    )
+
+    @classmethod
+    async def connect(
+        cls,
+        settings: Settings,
+        nats_url: str,
+        redactor: Redacts | None = None,
+        connect_options: dict[str, Any] | None = None,
+    ) -> ConsoleBackend:
+        """A backend with a connection of its own; ``connect_options`` are the NATS
+        credentials (``nats.connect`` keyword arguments) of the process that serves it."""
+        nc = await nats.connect(
+            nats_url,
+            name="memstream-console",
+            max_reconnect_attempts=-1,
+            **(connect_options or {}),
+        )
+        return cls(settings, nc, redactor, owns_connection=True)
+
+    async def close(self) -> None:
+        if self.owns_connection and not self.nc.is_closed:
+            with contextlib.suppress(NatsError, TimeoutError):  # lost: nothing left to drain
+                await self.nc.drain()
+
+    @property
+    def subjects(self) -> Subjects:
+        return Subjects(self.settings.namespace)
+
+    @property
+    def js(self) -> Any:
+        return self.nc.jetstream()
+
+    # --- overview -----------------------------------------------------------------------
+
+    async def worker_stats(self) -> list[dict[str, Any]]:
+        """Every worker's ``ops.stats`` answer (scatter-gather: no queue group)."""
+        inbox = self.nc.new_inbox()
+        answers: list[dict[str, Any]] = []
+        first = asyncio.Event()
+
+        async def collect(msg: Any) -> None:
+            with contextlib.suppress(ValueError):
+                answers.append(json.loads(msg.data))
+            first.set()
+
+        sub = await self.nc.subscribe(inbox, cb=collect)
+        try:
+            await self.nc.publish(self.subjects.ops("stats"), b"", reply=inbox)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(first.wait(), STATS_WAIT_S)
+                await asyncio.sleep(0.05)  # stragglers: the other workers answer together
+        finally:
+            await sub.unsubscribe()
+        return answers
+
+    async def jetstream(self) -> dict[str, Any]:
+        """Consumer lag per stage, stream sizes, dead letters per stage."""
+        s, js = self.subjects, self.js
+        consumers: dict[str, dict[str, int] | None] = {}
+        for stage in STAGES:
+            stream = s.stream("turns" if stage == "extract" else "stages")
+            try:
+                info = await js.consumer_info(stream, s.durable(stage))
+            except (NatsError, TimeoutError):
+                consumers[stage] = None
+                continue
+            consumers[stage] = {
+                "pending": info.num_pending or 0,
+                "ack_pending": info.num_ack_pending or 0,
+                "redelivered": info.num_redelivered or 0,
+                "waiting": info.num_waiting or 0,
+            }
+        streams: dict[str, dict[str, int] | None] = {}
+        for kind in STREAM_KINDS:
+            try:
+                state = (await js.stream_info(s.stream(kind))).state
+                streams[kind] = {"messages": state.messages, "bytes": state.bytes}
+            except (NatsError, TimeoutError):
+                streams[kind] = None
+        dlq: dict[str, int] = dict.fromkeys(STAGES, 0)
+        with contextlib.suppress(NatsError, TimeoutError):
+            info = await js.stream_info(s.stream("dlq"), subjects_filter=s.dlq())
+            for subject, n in (info.state.subjects or {}).items():
+                dlq[subject.rsplit(".", 1)[-1]] = n
+        return {"consumers": consumers, "streams": streams, "dlq": dlq}
+
+    async def overview(self) -> dict[str, Any]:
+        workers, jet = await asyncio.gather(self.worker_stats(), self.jetstream())
+        totals: dict[str, float] = {}
+        stages: dict[str, dict[str, Any]] = {}
+        for stage in STAGES:
+            row: dict[str, Any] = {
+                k: sum(w.get("stages", {}).get(stage, {}).get(k, 0) for w in workers)
+                for k in ("processed", "acked", "retried", "dead_lettered", "outputs", "busy_s")
+            }
+            row["consumer"] = jet["consumers"][stage]
+            row["dlq_waiting"] = jet["dlq"].get(stage, 0)
+            stages[stage] = row
+            totals[f"acked:{stage}"] = row["acked"]
+        served = sum(w.get("recall", {}).get("served", 0) for w in workers)
+        failed = sum(w.get("recall", {}).get("failed", 0) for w in workers)
+        totals["recall"] = served + failed
+        rates = self._rates(totals)
+        for stage in STAGES:
+            stages[stage]["per_s"] = rates.get(f"acked:{stage}")
+        latencies = sorted(x for w in workers for x in w.get("recall", {}).get("latencies_ms", []))
+        hits = sum((w.get("cache") or {}).get("hits", 0) for w in workers)
+        misses = sum((w.get("cache") or {}).get("misses", 0) for w in workers)
+        health = [("NATS (console)", bool(self.nc.is_connected), "connected")]
+        if not workers:
+            health.append(("workers", False, "no worker answered"))
+        for w in workers:
+            name = w.get("worker", "?")
+            for dep, state in (w.get("health") or {}).items():
+                ok = bool(state.get("ok"))
+                detail = "ok" if ok else state.get("error", "down")
+                health.append((f"{dep} ({name})", ok, str(detail)))
+        first = workers[0] if workers else {}
+        redactions: dict[str, int] = {}
+        for w in workers:
+            for label, n in (w.get("redactions") or {}).items():
+                redactions[label] = redactions.get(label, 0) + n
+        return {
+            "redactions": dict(sorted(redactions.items(), key=lambda kv: -kv[1])),
+            "at": datetime.now(UTC),
+            "workers": len(workers),
+            "stages": stages,
+            "streams": jet["streams"],
+            "recall": {
+                "served": served,
+                "failed": failed,
+                "per_s": rates.get("recall"),
+                "p50": _percentile(latencies, 0.50),
+                "p95": _percentile(latencies, 0.95),
+                "samples": len(latencies),
+            },
+            "cache": {
+                "hits": hits,
+                "misses": misses,
+                "rate": hits / (hits + misses) if hits + misses else None,
+            },
+            # every worker counts the same shared stores: one answer, not a sum
+            "counts": {
+                "postgres": (first.get("health") or {}).get("postgres", {}).get("count"),
+                "index": (first.get("health") or {}).get("index", {}).get("count"),
+            },
+            "health": health,
+        }
+
+    def _rates(self, totals: dict[str, float]) -> dict[str, float]:
+        """Per-second rates of the totals over the last ~15 s of samples."""
+        now = time.monotonic()
+        while self._samples and now - self._samples[0][0] > RATE_WINDOW_S:
+            self._samples.popleft()
+        rates: dict[str, float] = {}
+        if self._samples and now - self._samples[0][0] > 0.5:
+            then, old = self._samples[0]
+            for key, value in totals.items():
+                rates[key] = max(0.0, value - old.get(key, 0.0)) / (now - then)
+        self._samples.append((now, dict(totals)))
+        return rates
+
+    # --- dead letters ---------------------------------------------------------------------
+
+    async def _read(self, subject: str, stream: str, limit: int, start_seq: int = 0) -> list[Any]:
+        """Up to ``limit`` messages of a stream from ``start_seq`` (or all), not consumed."""
+        config = None
+        if start_seq:
+            config = ConsumerConfig(
+                deliver_policy=DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=start_seq
+            )
+        try:
+            sub = await self.js.subscribe(
+                subject, stream=stream, ordered_consumer=True, config=config
+            )
+        except (NatsError, TimeoutError) as exc:
+            raise ConsoleError(f"stream {stream} cannot be read") from exc
+        out: list[Any] = []
+        try:
+            while len(out) < limit:
+                try:
+                    msg = await sub.next_msg(timeout=0.5)
+                except NatsTimeout:
+                    break
+                out.append(msg)
+                if not msg.metadata.num_pending:  # the last one there is: no need to wait
+                    break
+        finally:
+            await sub.unsubscribe()
+        return out
+
+    async def redact(self, items: list[tuple[str | None, str]]) -> list[tuple[str, dict[str, int]]]:
+        """(tenant, text) pairs redacted, with counts by label: locally when the console has
+        the redactor, else by a worker. Never the text in clear: if no worker answers, a
+        notice takes its place."""
+        if self.redactor is not None:
+            done = [self.redactor.redact(text, tenant or AUDIT_TENANT) for tenant, text in items]
+            return [(r.text, dict(r.counts)) for r in done]
+        payload = {"items": [{"tenant": t or AUDIT_TENANT, "text": x} for t, x in items]}
+        try:
+            msg = await self.nc.request(
+                self.subjects.ops("redact"), json.dumps(payload).encode(), timeout=5.0
+            )
+            answered = json.loads(msg.data)["items"]
+            return [(str(a["text"]), dict(a["counts"])) for a in answered]
+        except (NatsError, TimeoutError, ValueError, KeyError, TypeError):
+            return [(HIDDEN, {}) for _ in items]
+
+    def _dead_letter(
+        self, headers: dict[str, str] | None, data: bytes, seq: int, at: datetime, reason: str
+    ) -> DeadLetter:
+        h = headers or {}
+        tenant = _tenant_of(data)
+        return DeadLetter(
+            seq=seq,
+            stage=h.get(DLQ_STAGE_HEADER, "?"),
+            subject=h.get(DLQ_SUBJECT_HEADER, "?"),
+            reason=reason,
+            deliveries=h.get(DLQ_DELIVERIES_HEADER, "?"),
+            at=at,
+            size=len(data),
+            tenant=tenant,
+        )
+
+    async def dead_letters(self, stage: str | None, limit: int = 200) -> list[DeadLetter]:
+        """The newest ``limit`` dead letters (of one stage, or all), newest first."""
+        s = self.subjects
+        try:
+            info = await self.js.stream_info(s.stream("dlq"), subjects_filter=s.dlq(stage))
+        except (NatsError, TimeoutError) as exc:
+            raise ConsoleError("the dead-letter stream cannot be read") from exc
+        if not info.state.subjects:
+            return []
+        msgs = (await self._read(s.dlq(stage), s.stream("dlq"), limit=10_000))[-limit:]
+        reasons = await self.redact(
+            [
+                (_tenant_of(m.data or b""), (m.headers or {}).get(DLQ_REASON_HEADER, ""))
+                for m in msgs
+            ]
+        )
+        out = [
+            self._dead_letter(
+                m.headers, m.data or b"", m.metadata.sequence.stream, m.metadata.timestamp, r
+            )
+            for m, (r, _) in zip(msgs, reasons, strict=True)
+        ]
+        return out[::-1]
+
+    async def _get(self, seq: int) -> tuple[DeadLetter, bytes]:
+        try:
+            raw = await self.js.get_msg(self.subjects.stream("dlq"), seq)
+        except (NatsError, TimeoutError) as exc:
+            raise ConsoleError(
+                f"dead letter {seq} does not exist (replayed or discarded?)"
+            ) from exc
+        data = raw.data or b""
+        reason = (raw.headers or {}).get(DLQ_REASON_HEADER, "")
+        ((redacted, _),) = await self.redact([(_tenant_of(data), reason)])
+        at = raw.time or datetime.now(UTC)
+        return self._dead_letter(raw.headers, data, seq, at, redacted), data
+
+    async def dead_letter(self, seq: int) -> tuple[DeadLetter, str, dict[str, int]]:
+        """One dead letter, its body redacted (pretty JSON when it decodes) and the counts of
+        what was redacted."""
+        letter, data = await self._get(seq)
+        text = data.decode("utf-8", errors="replace")
+        with contextlib.suppress(ValueError):
+            text = json.dumps(json.loads(data), indent=2, ensure_ascii=False)
+        ((body, counts),) = await self.redact([(letter.tenant, text[:SHOWN_CHARS])])
+        return letter, body, counts
+
+    async def replay(self, seq: int) -> DeadLetter:
+        """Publish a dead letter back to its subject (fresh ``Nats-Msg-Id``, so the duplicate
+        window does not drop it), then delete it from the dead-letter stream."""
+        letter, data = await self._get(seq)
+        s = self.subjects
+        # only back into the pipeline's streams: a forged header must not make the console
+        # send a command or a recall
+        if not letter.subject.startswith((f"{s.prefix}.turns.", f"{s.prefix}.stage.")):
+            raise ConsoleError(f"dead letter {seq} names no pipeline subject to replay to")
+        try:
+            await self.js.publish(
+                letter.subject, data, headers={MSG_ID_HEADER: f"replay:{uuid.uuid4()}"}
+            )
+            await self.js.delete_msg(self.subjects.stream("dlq"), seq)
+        except (NatsError, TimeoutError) as exc:
+            raise ConsoleError(f"replay of {seq} failed: {type(exc).__name__}") from exc
+        await self.audit("dlq.replay", letter.tenant, seq=seq, stage=letter.stage)
+        return letter
+
+    async def discard(self, seq: int) -> DeadLetter:
+        letter, _ = await self._get(seq)
+        try:
+            await self.js.delete_msg(self.subjects.stream("dlq"), seq)
+        except (NatsError, TimeoutError) as exc:
+            raise ConsoleError(f"discard of {seq} failed: {type(exc).__name__}") from exc
+        await self.audit("dlq.discard", letter.tenant, seq=seq, stage=letter.stage)
+        return letter
+
+    # --- memories -------------------------------------------------------------------------
+
+    async def _request(self, subject: str, payload: bytes) -> bytes:
+        try:
+            msg = await self.nc.request(
+                subject, payload, timeout=self.settings.recall_timeout_s * 5
+            )
+        except NoRespondersError:
+            raise ConsoleError("no memory worker is running") from None
+        except (TimeoutError, NatsTimeout):
+            raise ConsoleError("no answer from the workers in time") from None
+        except (NatsError, OSError):
+            raise ConsoleError("the memory service is unreachable") from None
+        return bytes(msg.data)
+
+    async def command(self, verb: str, caller: Caller, **fields: Any) -> CommandReply:
+        """``mem.cmd.<verb>`` as the caller; audited when it changes something."""
+        try:
+            req = VERBS[verb](
+                tenant=caller.tenant,
+                user=caller.user,
+                agent=caller.agent,
+                api_key=caller.api_key,
+                **fields,
+            )
+        except ValidationError as exc:
+            raise ConsoleError(_problems(exc)) from None
+        data = await self._request(self.subjects.cmd(verb), req.model_dump_json().encode())
+        body = json.loads(data)
+        if body.get("ok") is False:
+            raise ConsoleError(ErrorReply.model_validate(body).error.message)
+        if verb not in ("list", "get"):
+            await self.audit(
+                f"memory.{verb}", caller.tenant, memory=fields.get("id"), **_owner(caller)
+            )
+        return CommandReply.model_validate(body)
+
+    async def recall(self, caller: Caller, query: str, **options: Any) -> RecallReply:
+        """A recall as the caller (audited without the query)."""
+        try:
+            req = RecallRequest(
+                tenant=caller.tenant,
+                user=caller.user,
+                agent=caller.agent,
+                api_key=caller.api_key,
+                query=query,
+                **options,
+            )
+        except ValidationError as exc:
+            raise ConsoleError(_problems(exc)) from None
+        data = await self._request(self.subjects.recall, req.model_dump_json().encode())
+        await self.audit("memory.recall", caller.tenant, method=req.method.value, **_owner(caller))
+        try:
+            return RecallReply.model_validate_json(data)
+        except ValidationError:
+            pass
+        try:
+            raise ConsoleError(ErrorReply.model_validate_json(data).error.message)
+        except ValidationError:
+            raise ConsoleError("the recall reply could not be read") from None
+
+    # --- events and audit -------------------------------------------------------------------
+
+    async def events(
+        self, limit: int = 100, tenant: str | None = None
+    ) -> list[tuple[int, MemoryEvent]]:
+        """The newest ``limit`` memory events, newest first (their ids and kinds); of one
+        tenant: its newest among the stream's latest ``EVENT_SCAN`` events."""
+        s = self.subjects
+        try:
+            last = (await self.js.stream_info(s.stream("events"))).state.last_seq
+        except (NatsError, TimeoutError) as exc:
+            raise ConsoleError("the events stream cannot be read") from exc
+        if not last:
+            return []
+        window = limit if tenant is None else EVENT_SCAN
+        msgs = await self._read(
+            s.events(tenant), s.stream("events"), EVENT_SCAN, max(1, last - window + 1)
+        )
+        msgs = msgs[-limit:]
+        out: list[tuple[int, MemoryEvent]] = []
+        for m in msgs:
+            with contextlib.suppress(ValidationError):
+                out.append((m.metadata.sequence.stream, MemoryEvent.model_validate_json(m.data)))
+        return out[::-1]
+
+    async def audit(self, action: str, tenant: str | None, **detail: Any) -> None:
+        """An audit event on ``mem.events.<tenant>``: the action and ids, nothing secret."""
+        event = MemoryEvent(
+            kind=f"console.{action}",
+            tenant=tenant or AUDIT_TENANT,
+            memory_id=detail.pop("memory", None),
+            user=detail.pop("user", None),
+            agent=detail.pop("agent", None),
+            at=datetime.now(UTC),
+            detail={k: v for k, v in detail.items() if v is not None},
+        )
+        try:
+            await self.js.publish(
+                self.subjects.events(event.tenant),
+                event.model_dump_json().encode(),
+                headers={MSG_ID_HEADER: f"console:{uuid.uuid4()}"},
+                timeout=5.0,
+            )
+        except (NatsError, TimeoutError) as exc:
+            raise ConsoleError(
+                f"the audit event could not be stored: {type(exc).__name__}"
+            ) from exc
+
+
+def _owner(caller: Caller) -> dict[str, str | None]:
+    return {"user": caller.user, "agent": caller.agent}
+
+
+def _tenant_of(body: bytes) -> str | None:
+    """The tenant a dead-lettered body (a turn or a candidate) belongs to, if it decodes."""
+    try:
+        data = json.loads(body)
+    except ValueError:
+        return None
+    if not isinstance(data, dict):
+        return None
+    owner = data.get("owner")
+    tenant = (owner if isinstance(owner, dict) else data).get("tenant")
+    return tenant if isinstance(tenant, str) and tenant else None
+
+
+def _percentile(ordered: list[float], q: float) -> float | None:
+    if not ordered:
+        return None
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def _problems(exc: ValidationError) -> str:
+    """Field paths and messages only: never the input values."""
+    return "; ".join(
+        f"{'.'.join(map(str, e['loc'])) or 'request'}: {e['msg']}" for e in exc.errors()[:5]
+    )

@@ -1,0 +1,109 @@
+"""Every worker answers ``<ns>.ops.stats`` (core NATS, no queue group) with a snapshot of its
+counters and the health of its stores, so the console (in a worker, in the gateway, anywhere
+with NATS) sums the whole deployment's workers instead of reading one process's memory.
+
+The reply holds counts, latencies, ids of dependencies and their state; never a DSN, a key,
+an exception message or a memory's content.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import socket
+from collections.abc import Awaitable
+from dataclasses import asdict
+from typing import Any
+
+from memstream.consumers.busauth import safe_reply
+from memstream.consumers.logs import log
+
+PROBE_TIMEOUT_S = 1.0
+
+
+async def _probe(what: Awaitable[int]) -> dict[str, Any]:
+    """A count from a store, or why there is none (the exception's type only)."""
+    try:
+        return {"ok": True, "count": await asyncio.wait_for(what, PROBE_TIMEOUT_S)}
+    except TimeoutError:
+        return {"ok": False, "error": "no answer within 1 s"}
+    except Exception as exc:  # noqa: BLE001 - a probe reports any failure as a state, never raises
+        return {"ok": False, "error": type(exc).__name__}
+
+
+async def snapshot(worker: Any) -> dict[str, Any]:
+    """This worker's counters since it started, and its stores' health and sizes."""
+    stages = {
+        name: {k: v for k, v in asdict(m).items() if k not in ("redactions", "last_error")}
+        for name, m in worker.deps.metrics.items()
+    }
+    cache = worker.deps.cache
+    postgres, index = await asyncio.gather(
+        _probe(worker.pg.count()), _probe(worker.vectors.count())
+    )
+    return {
+        "worker": f"{socket.gethostname()}:{os.getpid()}",
+        "stages": stages,
+        "redactions": dict(worker.deps.metrics["redact"].redactions)
+        if "redact" in worker.deps.metrics
+        else {},
+        "recall": {
+            "served": worker.recall.served,
+            "failed": worker.recall.failed,
+            "latencies_ms": [round(x, 3) for x in worker.recall.latencies_ms],
+        },
+        "cache": None if cache is None else {"hits": cache.hits, "misses": cache.misses},
+        "health": {
+            "nats": {"ok": bool(worker.broker.config.connection_state.connection.is_connected)},
+            "postgres": postgres,
+            "index": index,
+        },
+    }
+
+
+async def answer(worker: Any, nc: Any) -> Any:
+    """Subscribe this worker to the stats subject; returns the subscription."""
+
+    async def reply(msg: Any) -> None:
+        if not safe_reply(msg.reply, worker.settings.namespace):  # answers go to inboxes only
+            return
+        try:
+            data = json.dumps(await snapshot(worker)).encode()
+        except Exception as exc:  # noqa: BLE001 - a stats request must never take the worker down
+            log.warning("ops.stats_failed", error=type(exc).__name__)
+            data = json.dumps({"worker": f"{socket.gethostname()}:{os.getpid()}"}).encode()
+        await msg.respond(data)
+
+    return await nc.subscribe(worker.deps.subjects.ops("stats"), cb=reply)
+
+
+REDACT_MAX_CHARS = 256 * 1024  # what the console shows of one dead letter
+
+
+async def answer_redact(worker: Any, nc: Any) -> Any:
+    """Redact texts for the console (``<ns>.ops.redact``, queue group): dead-letter bodies and
+    reasons are shown through the workers' redaction (key and tenant policies), so a console
+    anywhere (the gateway's) needs no redaction key. The texts already travel over NATS in the
+    dead-letter stream; the reply carries only redacted text and counts by label."""
+
+    def redact(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        out = []
+        for item in items:
+            r = worker.redactor.redact(str(item.get("text", ""))[:REDACT_MAX_CHARS], item["tenant"])
+            out.append({"text": r.text, "counts": dict(r.counts)})
+        return out
+
+    async def reply(msg: Any) -> None:
+        if not safe_reply(msg.reply, worker.settings.namespace):  # answers go to inboxes only
+            return
+        data: dict[str, Any]
+        try:
+            items = json.loads(msg.data)["items"]
+            data = {"items": await asyncio.to_thread(redact, items)}
+        except (ValueError, KeyError, TypeError, AttributeError):
+            data = {"error": "bad request"}
+        await msg.respond(json.dumps(data).encode())
+
+    s = worker.deps.subjects
+    return await nc.subscribe(s.ops("redact"), queue=s.queue_group, cb=reply)
