@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import sys
+from collections.abc import Iterator
 
 from memstream.producers import (
     AuditEvent,
@@ -41,6 +42,18 @@ async def model(ctx: TurnContext) -> ModelOutput:
     return ModelOutput(f"From what I remember: {first.split(') ', 1)[1]}")
 
 
+def typed() -> Iterator[str]:
+    """Lines typed at the prompt, until an empty line or end of input."""
+    while True:
+        try:
+            line = input("you> ").strip()
+        except EOFError:
+            return
+        if not line:
+            return
+        yield line
+
+
 def audit(event: AuditEvent) -> None:
     print(f"    audit: {event.name} {event.metadata}")
 
@@ -50,8 +63,7 @@ async def main(interactive: bool) -> None:
     history: list[ChatMessage] = []
     async with MemoryClient("default", user="bob") as mem:
         mw = MemoryMiddleware(mem, audit=audit, min_score=0.1)
-        turns = iter(lambda: input("you> "), "") if interactive else iter(SCRIPT)
-        for text in turns:
+        for text in typed() if interactive else SCRIPT:
             print(f"user: {text}")
             ctx = TurnContext([system, *history, ChatMessage("user", text)], session=SESSION)
             ctx = await mw.before_prompt(ctx)
