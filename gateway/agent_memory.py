@@ -12,7 +12,7 @@ structured metadata (its strings are redacted like the content).
 - ``query`` (limit <= 20) counts an access on every result. Its composite score is the seed's
   ``relevance * 0.625 + access_frequency * 0.25 + outcome * 0.125``, where relevance is
   memstream's fused hybrid score (the seed's normalised RRF: memstream fuses the keyword and
-  dense legs linearly, which measured ~10 points of R@5 above RRF), access_frequency is
+  dense legs linearly, which ranks better than RRF on LoCoMo: docs/recall.md), access_frequency is
   ``min(1, ln(1 + access_count) / ln(21))`` and outcome is success 1, partial 0.5, failed or
   none 0.
 - ``list`` (limit <= 100, offset): newest first, no scoring.

@@ -348,8 +348,8 @@ async def run(
             await bench.stack.pg.vacuum_analyze()
             await bench.worker.vectors.optimize()
             optimize_s = time.perf_counter() - opt_start
-            # and the load's writes on disk before measuring (a first round measured during their
-            # write-back: worker p50 3.54 ms against 2.34 / 2.38 for the next two)
+            # and the load's writes on disk before measuring: a round run during their
+            # write-back is slower than the rest and would not measure recall
             checkpointed = await bench.stack.pg.checkpoint()
             await asyncio.to_thread(os.sync)
             layout = getattr(bench.worker.vectors, "layout", None)  # Qdrant Edge only

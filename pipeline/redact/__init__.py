@@ -200,7 +200,7 @@ class Redactor:
             raise ValueError("a non-empty key is required")
         policy = policy or RedactionPolicy()
         self._key = bytes(key)
-        # the key's pads hashed once; each placeholder copies that state (~1.2 µs, not ~2.5)
+        # the key's pads hashed once; each placeholder copies that state instead of rehashing
         self._mac = hmac.new(self._key, digestmod="sha256")
         self._labels = policy.labels
         self._allow = frozenset(a.strip().lower() for a in policy.allow)
