@@ -28,7 +28,7 @@ from memstream.consumers.commands import CommandService
 from memstream.consumers.extractors import LlmExtractor
 from memstream.consumers.logs import log
 from memstream.consumers.natsconn import api_keys_required, broker_options, nats_options
-from memstream.consumers.outage import Backoff
+from memstream.consumers.outage import Backoff, is_outage
 from memstream.consumers.recall import RecallService, error_reply
 from memstream.consumers.stages import STAGE_WORK, Deps, StageRunner
 from memstream.pipeline.redact import Redacts
@@ -52,7 +52,14 @@ def reconnect_forever(closed: Any) -> dict[str, Any]:
         "max_reconnect_attempts": -1,
         "reconnect_time_wait": random.uniform(1.0, 2.0),  # jitter, not a secret
         "closed_cb": closed,
+        "error_cb": _connection_error,
     }
+
+
+async def _connection_error(exc: Exception) -> None:
+    """One structured line per connection error (nats-py's default prints a traceback to
+    stderr for every failed reconnect attempt, outside the JSON log)."""
+    log.warning("nats.connection_error", error=type(exc).__name__)
 
 
 def _sanitized(exc: ValidationError) -> str:
@@ -310,23 +317,40 @@ class Worker:
             log.info("vector_index.optimized")
 
     async def _reconcile_forever(self) -> None:
-        """Maintenance every ``sweep_every_s``, whatever a round raises: a failed round is
-        logged and tried again after a pause that doubles from 1 s up to the interval."""
-        pause = self.settings.sweep_every_s
-        backoff = Backoff(1.0, self.settings.sweep_every_s)
+        """Maintenance every ``sweep_every_s``, whatever a round raises.
+
+        The first round runs a second after start (a process killed before it had indexed
+        what waited leaves that to the next one), and a healthy wait ends early when a stage
+        could not write to the index (``deps.index_behind``), so memories kept unindexed
+        during an outage are indexed within seconds of its end, not at the next interval. A
+        round failed by an outage (the index or Postgres away) is tried again every 1-5 s,
+        not ignoring the deferrals but not woken by them either; any other failure is logged
+        and tried again after a pause that doubles from 1 s up to the interval."""
+        every = self.settings.sweep_every_s
+        pause, failing = min(1.0, every), False
+        backoff, outage = Backoff(1.0, every), Backoff(1.0, 5.0)
+        behind = self.deps.index_behind
         while True:
-            await asyncio.sleep(pause)
+            if failing:
+                await asyncio.sleep(pause)
+            else:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(behind.wait(), pause)
+            behind.clear()  # a deferral from now on asks for another round
             try:
                 await self.maintain_once()
             except MemstreamError as exc:
-                pause = backoff.next()
+                failing = True
+                pause = outage.next() if is_outage(exc) else backoff.next()
                 log.warning("maintenance.failed", error=type(exc).__name__, retry_in_s=pause)
             except Exception:  # noqa: BLE001 - the maintenance loop's one catch-all: it must outlive any round
+                failing = True
                 pause = backoff.next()
                 log.exception("maintenance.error", retry_in_s=pause)
             else:
-                pause = self.settings.sweep_every_s
+                pause, failing = every, False
                 backoff.reset()
+                outage.reset()
 
     async def stop(self) -> None:
         self._stopping = True

@@ -87,6 +87,9 @@ class Deps:
     clock: Callable[[], datetime] = field(default=lambda: datetime.now(UTC))
     cache: RecallCache | None = None
     llm: LlmExtractor | None = None  # MEMSTREAM_EXTRACTOR=rules+llm
+    # set when a memory was kept unindexed (the index or Postgres away): the maintenance
+    # loop indexes it as soon as the index answers again
+    index_behind: asyncio.Event = field(default_factory=asyncio.Event)
 
     async def reindex(self, tenant: str, ids: Sequence[str], followers: bool = False) -> None:
         """(Re)build the index points of memories from their Postgres rows (after a store,
@@ -301,8 +304,10 @@ def event_of(c: Candidate, kind: str, memory_id: str, at: datetime) -> MemoryEve
 async def _merged(deps: Deps, c: Candidate, memory_id: str) -> None:
     """A candidate was folded into an existing memory: refresh its index record (or leave it
     to the reconciler when the index is down) and tell the world."""
-    with contextlib.suppress(TransientError):
+    try:
         await deps.reindex(c.owner.tenant, [memory_id])
+    except TransientError:
+        deps.index_behind.set()
     shared = c.scope in SHARED_SCOPES
     await deps.emit(event_of(c, "merged", memory_id, deps.clock()), c.source_event_id, shared)
 
@@ -358,6 +363,7 @@ async def store_work(deps: Deps, body: bytes, subject: str) -> int:
         await deps.reindex(c.owner.tenant, [keyed.memory_id], followers=inserted)
     except TransientError as exc:  # kept in Postgres, not indexed: the reconciler retries
         log.warning("store.vector_deferred", memory_id=keyed.memory_id, reason=str(exc))
+        deps.index_behind.set()
     kind = "stored" if inserted else "merged"
     shared = c.scope in SHARED_SCOPES
     await deps.emit(event_of(c, kind, keyed.memory_id, deps.clock()), c.source_event_id, shared)
