@@ -9,7 +9,7 @@ PACKAGES := $(filter-out tests,$(patsubst %/__init__.py,%,$(wildcard */__init__.
 TYPED    := schemas pipeline producers gateway
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: install run test unit integration lint fmt bench-redaction bench-locomo bench-recall clean
+.PHONY: install run test unit integration lint fmt bench-redaction bench-locomo bench-recall bench-faults clean
 
 $(STAMP): pyproject.toml setup.py
 	$(PYTHON) -m venv $(VENV)
@@ -55,6 +55,10 @@ bench-locomo: install
 
 bench-recall: install
 	$(BIN)/memstream bench recall --memories 100000
+
+## its own nats-server, PostgreSQL and worker process, killed and restarted during ingest
+bench-faults: install
+	$(BIN)/memstream bench faults --turns 3000
 
 clean:
 	rm -rf $(VENV) .memstream build dist *.egg-info

@@ -50,6 +50,7 @@ from memstream.storage.qdrant_edge import EdgeVectorIndex
 
 NAMESPACE = "mem"
 PLAN = ["worker_kill", "nats_kill", "postgres_kill", "index_offline", "worker_kill"]
+KINDS = ("worker_kill", "nats_kill", "postgres_kill", "index_offline")
 DRAIN_TARGET_S = 60.0
 
 EPISODE_EVENTS = """
@@ -199,12 +200,17 @@ async def _until(check: Callable[[], Awaitable[bool]], limit_s: float) -> bool:
 
 
 async def _inject_all(
-    services: Services, progress: Progress, n: int, stall_limit_s: float, t0: float
+    services: Services,
+    plan: list[str],
+    progress: Progress,
+    n: int,
+    stall_limit_s: float,
+    t0: float,
 ) -> list[dict[str, Any]]:
-    """Each fault of the plan once, when its share of the turns is stored."""
+    """Each fault of the plan once, in order, when its share of the turns is stored."""
     log: list[dict[str, Any]] = []
-    for k, fault in enumerate(PLAN):
-        share = (k + 1) / (len(PLAN) + 1.5)
+    for k, fault in enumerate(plan):
+        share = (k + 1) / (len(plan) + 1.5)
         while progress.events < share * n:
             if time.monotonic() - progress.seen_at > stall_limit_s:
                 print(f"  no turn stored for {stall_limit_s:.0f} s: plan stopped", file=sys.stderr)
@@ -213,7 +219,7 @@ async def _inject_all(
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(progress.changed.wait(), 1.0)
         at = progress.events
-        print(f"  fault {k + 1}/{len(PLAN)}: {fault} at {at}/{n} stored", file=sys.stderr)
+        print(f"  fault {k + 1}/{len(plan)}: {fault} at {at}/{n} stored", file=sys.stderr)
         down = await services.inject(fault)
         ended = time.monotonic()
         log.append(
@@ -297,7 +303,9 @@ async def run(args: argparse.Namespace, base: Path) -> dict[str, Any]:
         publisher = Publisher(clients, progress, ahead)
         monitor = asyncio.create_task(_monitor(probe, progress, stop))
         publishing = asyncio.create_task(publisher.run(events))
-        faults = await _inject_all(services, progress, args.turns, args.stall_limit_s, t0)
+        faults = await _inject_all(
+            services, args.faults, progress, args.turns, args.stall_limit_s, t0
+        )
         with contextlib.suppress(TimeoutError):  # a stalled pipeline holds the publisher
             await asyncio.wait_for(asyncio.shield(publishing), args.drain_limit_s)
         last_fault = faults[-1]["ended_at"] if faults else time.monotonic()
@@ -355,6 +363,7 @@ async def run(args: argparse.Namespace, base: Path) -> dict[str, Any]:
         )
         return {
             "turns": args.turns,
+            "plan": args.faults,
             "tenants": len(clients),
             "published": len(acked),
             "publish_retries": publisher.retries,
@@ -419,7 +428,7 @@ def targets(r: dict[str, Any]) -> dict[str, bool]:
     """Each target, met or not."""
     drain = r["drain_after_last_fault_s"]
     return {
-        "every fault injected": [f["fault"] for f in r["faults"]] == PLAN,
+        "every fault injected": [f["fault"] for f in r["faults"]] == r["plan"],
         "0 lost": r["lost"] == 0 and r["published"] == r["turns"],
         "0 duplicated": r["duplicated"] == 0 and r["unexpected"] == 0,
         "index == Postgres": r["points_index"] == r["memories_live"] == r["memories_postgres"]
@@ -432,6 +441,13 @@ def targets(r: dict[str, Any]) -> dict[str, bool]:
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--turns", type=int, default=3000)
+    p.add_argument(
+        "--faults",
+        type=_plan,
+        default=PLAN,
+        help=f"the faults, in order, comma-separated, from {', '.join(KINDS)} "
+        f"(default: {','.join(PLAN)})",
+    )
     p.add_argument("--tenants", type=int, default=3)
     p.add_argument("--users", type=int, default=4, help="users per tenant")
     p.add_argument(
@@ -445,6 +461,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--drain-limit-s", type=float, default=300.0, help="give up waiting after")
     p.add_argument("--stall-limit-s", type=float, default=180.0, help="no progress: give up")
     p.add_argument("--keep", action="store_true", help="keep the temp directory (logs, data)")
+
+
+def _plan(text: str) -> list[str]:
+    plan = [f.strip() for f in text.split(",") if f.strip()]
+    if not plan or any(f not in KINDS for f in plan):
+        raise argparse.ArgumentTypeError(f"faults are from {', '.join(KINDS)}")
+    return plan
 
 
 def main(args: argparse.Namespace) -> int:

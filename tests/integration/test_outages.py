@@ -232,3 +232,43 @@ async def _drop_streams(nats_url: str, settings: Settings) -> None:
         with contextlib.suppress(Exception):
             await nc.jetstream().delete_stream(s.name or "")
     await nc.close()
+
+
+async def test_memories_kept_unindexed_are_indexed_soon_after_the_index_returns(
+    pg: PgStore, nats_url: str, namespace: str, tmp_path: Path, embedder: Embedder
+) -> None:
+    """Memories stored while the vector index was away are indexed within seconds of its
+    return, though the maintenance interval (sweep_every_s) is 30 s."""
+    flag = tmp_path / "index-offline"
+    settings = Settings(
+        nats_url=nats_url,
+        namespace=namespace,
+        state_dir=tmp_path / "state",
+        sweep_every_s=30.0,
+        fault_vector_offline_file=flag,
+    )
+    vectors = make_vector_index(settings)
+    await vectors.ensure(embedder.dim)
+    worker = Worker(settings, nats_url, pg, vectors, embedder, Redactor(key=b"k"))
+    await worker.start()
+    flt = OwnerFilter(tenant="acme", user="kim")
+    try:
+        flag.touch()
+        async with MemoryClient("acme", user="kim", nats_url=nats_url, namespace=namespace) as mem:
+            for i in range(3):
+                await mem.publish_turn(_turn(i))
+            await _until(lambda: _count(pg, flt, 3), 30, "the turns, stored unindexed")
+        assert not any(m.indexed for m in await pg.list_memories(flt))
+        flag.unlink()
+        took = await _until(lambda: _all_indexed(pg, flt), 20, "the memories to be indexed")
+        assert took < 10, f"indexed {took:.0f} s after the index came back"
+        assert await vectors.count("acme") == len(await pg.list_memories(flt))
+    finally:
+        await worker.stop()
+        await vectors.close()
+        await _drop_streams(nats_url, settings)
+
+
+async def _all_indexed(pg: PgStore, flt: OwnerFilter) -> bool:
+    rows = await pg.list_memories(flt)
+    return bool(rows) and all(m.indexed for m in rows)
