@@ -32,7 +32,7 @@ from memstream.consumers.outage import Backoff, is_outage
 from memstream.consumers.recall import RecallService, error_reply
 from memstream.consumers.stages import STAGE_WORK, Deps, StageRunner
 from memstream.pipeline.redact import Redacts
-from memstream.producers.connection import display_url
+from memstream.producers.connection import display_url, servers
 from memstream.schemas.commands import VERBS
 from memstream.schemas.errors import ErrorCode, MemstreamError, PermanentError, describe
 from memstream.schemas.memory import MemoryEvent
@@ -98,7 +98,7 @@ class Worker:
     async def start(self) -> None:
         s = Subjects(self.settings.namespace)
         self._nc = await nats.connect(
-            self.nats_url,
+            servers(self.nats_url),
             name="memstream-worker-control",
             **nats_options(self.settings),
             **reconnect_forever(self._closed),
@@ -107,7 +107,12 @@ class Worker:
         topo = await topology.apply(js, self.settings)
         cache = None
         if self.settings.recall_cache_ttl_s:
-            cache = RecallCache(js, f"{s.stream('recall_cache')}", self.settings.recall_cache_ttl_s)
+            cache = RecallCache(
+                js,
+                f"{s.stream('recall_cache')}",
+                self.settings.recall_cache_ttl_s,
+                self.settings.stream_replicas,
+            )
             await cache.start()
         self.deps = Deps(
             self.settings,
@@ -129,7 +134,7 @@ class Worker:
         self.auth = Authenticator(self.pg, api_keys_required(self.settings))
         self.commands = CommandService(self.deps, self.recall, self.auth)
         self.broker = NatsBroker(
-            self.nats_url,
+            servers(self.nats_url),
             ack_policy=AckPolicy.MANUAL,
             logger=None,
             name="memstream-worker",

@@ -321,6 +321,9 @@ async def dedupe_work(deps: Deps, body: bytes, subject: str) -> int:
         await deps.pg.upsert(keyed.memory_id, keyed.content_hash, c)  # merge the source event
         await _merged(deps, c, keyed.memory_id)
         return 0
+    if folded := await deps.pg.folded_into(c.owner.tenant, c.candidate_id):
+        await _merged(deps, c, folded)  # a redelivery: decided on an earlier try
+        return 0
     vector = deps.embedder.embed_query(dated(c.content, c.occurred_at))
     flt = VectorFilter(
         tenant=c.owner.tenant,
@@ -340,7 +343,9 @@ async def dedupe_work(deps: Deps, body: bytes, subject: str) -> int:
         keyed.memory_id,
         deps.settings.near_duplicate_similarity,
     )
-    if similar is not None and await deps.pg.merge(c.owner.tenant, similar, c.source_event_id):
+    if similar is not None and await deps.pg.merge(
+        c.owner.tenant, similar, c.source_event_id, c.candidate_id
+    ):
         await _merged(deps, c, similar)
         return 0
     tenant = c.owner.tenant
@@ -354,6 +359,10 @@ async def store_work(deps: Deps, body: bytes, subject: str) -> int:
     c = _on_stage(deps, subject, "store", decode(Candidate, body))
     if not c.redacted:
         raise PermanentError("candidate reached store without passing redact")
+    if await deps.pg.folded_into(c.owner.tenant, c.candidate_id):
+        # a dedupe try sent it here, and a later try (a redelivery) folded it into a near
+        # duplicate: storing it too would hold its turn twice
+        return 0
     expires = lifecycle.expires_at(c, deps.clock(), deps.settings.ttl_s)
     if expires != c.expires_at:
         c = c.model_copy(update={"expires_at": expires})
