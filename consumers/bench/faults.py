@@ -23,26 +23,25 @@ import argparse
 import asyncio
 import contextlib
 import json
-import random
 import sys
 import tempfile
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import asyncpg
 import nats
 
-from memstream.consumers.bench.conversations import Turn, turns
-from memstream.consumers.bench.processes import WorkerProcess
+from memstream.consumers.bench import ingest
+from memstream.consumers.bench.conversations import turns
+from memstream.consumers.bench.ingest import EPISODE_EVENTS, Probe, Progress, Publisher
+from memstream.consumers.bench.processes import Services, WorkerProcess
 from memstream.consumers.dlq import dead_letters
 from memstream.consumers.embedded import EmbeddedNats, EmbeddedPostgres
 from memstream.consumers.topology import drained
-from memstream.producers.client import MemoryClient, PublishError
-from memstream.schemas.events import TurnEvent
+from memstream.producers.client import MemoryClient
 from memstream.schemas.settings import Settings
 from memstream.schemas.subjects import DLQ_REASON_HEADER, DLQ_STAGE_HEADER, Subjects
 from memstream.storage.embedding import make_embedder
@@ -52,141 +51,6 @@ NAMESPACE = "mem"
 PLAN = ["worker_kill", "nats_kill", "postgres_kill", "index_offline", "worker_kill"]
 KINDS = ("worker_kill", "nats_kill", "postgres_kill", "index_offline")
 DRAIN_TARGET_S = 60.0
-
-EPISODE_EVENTS = """
-SELECT count(*) AS refs, count(DISTINCT e) AS events
-FROM memories m, unnest(m.source_event_ids) e
-WHERE m.type = 'episode' AND m.deleted_at IS NULL"""
-
-
-@dataclass
-class Progress:
-    """What the monitor last read from Postgres (kept while Postgres is away)."""
-
-    events: int = 0  # distinct turns with an episode
-    changed: asyncio.Event = field(default_factory=asyncio.Event)
-    seen_at: float = field(default_factory=time.monotonic)  # when ``events`` last grew
-    history: list[tuple[float, int]] = field(default_factory=list)  # (when, events)
-
-    def next_growth(self, after: float) -> float | None:
-        """Seconds from ``after`` until ``events`` next grew (None: it did not)."""
-        before = max((n for t, n in self.history if t <= after), default=0)
-        return next((t - after for t, n in self.history if t > after and n > before), None)
-
-
-class Probe:
-    """Reads Postgres on its own connection; None while Postgres cannot be reached."""
-
-    def __init__(self, dsn: str) -> None:
-        self.dsn, self.con = dsn, None
-
-    async def fetchrow(self, sql: str, *args: Any) -> Any:
-        try:
-            if self.con is None or self.con.is_closed():
-                self.con = await asyncpg.connect(self.dsn, timeout=2)
-            return await self.con.fetchrow(sql, *args, timeout=5)
-        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError, TimeoutError):
-            if self.con is not None:
-                self.con.terminate()
-            self.con = None
-            return None
-
-    async def close(self) -> None:
-        if self.con is not None:
-            await self.con.close()
-
-
-@dataclass
-class Services:
-    nats: EmbeddedNats
-    pg: EmbeddedPostgres
-    worker: WorkerProcess
-    offline_flag: Path
-    outage_s: float
-    index_outage_s: float
-
-    async def inject(self, fault: str) -> float:
-        """Make ``fault`` happen and end; returns how long the service was away (s)."""
-        started = time.monotonic()
-        if fault == "worker_kill":
-            await asyncio.to_thread(self.worker.kill)
-            await asyncio.to_thread(self.worker.start)
-        elif fault == "nats_kill":
-            await asyncio.to_thread(self.nats.halt)
-            await asyncio.sleep(self.outage_s)
-            await asyncio.to_thread(self.nats.resume)
-        elif fault == "postgres_kill":
-            await asyncio.to_thread(self.pg.halt, "kill")
-            await asyncio.sleep(self.outage_s)
-            await asyncio.to_thread(self.pg.resume)
-        elif fault == "index_offline":
-            self.offline_flag.touch()
-            await asyncio.sleep(self.index_outage_s)
-            self.offline_flag.unlink()
-        else:
-            raise ValueError(f"unknown fault {fault!r}")
-        return time.monotonic() - started
-
-
-@dataclass
-class Publisher:
-    """Publishes every turn until its PubAck arrives, never more than ``ahead`` turns beyond
-    what is stored."""
-
-    clients: dict[str, MemoryClient]
-    progress: Progress
-    ahead: int
-    acked: set[str] = field(default_factory=set)
-    retries: int = 0
-    duplicate_acks: int = 0
-    errors: Counter[str] = field(default_factory=Counter)
-    took_s: float = 0.0  # from the first publish to the last PubAck
-
-    async def run(self, events: list[TurnEvent], concurrency: int = 8) -> None:
-        queue = iter(events)
-        started = time.monotonic()
-
-        async def lane() -> None:
-            for event in queue:
-                while len(self.acked) - self.progress.events >= self.ahead:
-                    self.progress.changed.clear()
-                    with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(self.progress.changed.wait(), 1.0)
-                await self._publish(event)
-
-        await asyncio.gather(*(lane() for _ in range(concurrency)))
-        self.took_s = time.monotonic() - started
-
-    async def _publish(self, event: TurnEvent) -> None:
-        pause = 0.2
-        while True:
-            try:
-                result = await self.clients[event.tenant].publish(event)
-            except PublishError as exc:  # NATS away: the same event (and Nats-Msg-Id) again
-                self.retries += 1
-                self.errors[type(exc.__cause__).__name__] += 1
-                await asyncio.sleep(random.uniform(pause / 2, pause))  # jitter, not a secret
-                pause = min(pause * 2, 2.0)
-                continue
-            self.duplicate_acks += result.duplicate
-            self.acked.add(event.event_id)
-            return
-
-
-def _events(clients: dict[str, MemoryClient], plan: list[Turn]) -> list[TurnEvent]:
-    return [clients[t.tenant].make_turn(t.messages, user=t.user, session=t.session) for t in plan]
-
-
-async def _monitor(probe: Probe, progress: Progress, stop: asyncio.Event) -> None:
-    while not stop.is_set():
-        row = await probe.fetchrow(EPISODE_EVENTS)
-        if row is not None and row["events"] != progress.events:
-            progress.events = int(row["events"])
-            progress.seen_at = time.monotonic()
-            progress.history.append((progress.seen_at, progress.events))
-            progress.changed.set()
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(stop.wait(), 0.2)
 
 
 async def _until(check: Callable[[], Awaitable[bool]], limit_s: float) -> bool:
@@ -295,14 +159,14 @@ async def run(args: argparse.Namespace, base: Path) -> dict[str, Any]:
         }
         for c in clients.values():
             await c.connect()
-        events = _events(clients, turns(args.turns, args.tenants, args.users))
+        to_publish = ingest.events(clients, turns(args.turns, args.tenants, args.users))
         progress = Progress()
         # more than a killed worker may hold unacked (a stage pulls 64 at a time): those come
         # back only after the ack deadline, and the publisher must not wait for them
         ahead = args.ahead or max(100, args.turns // 10)
         publisher = Publisher(clients, progress, ahead)
-        monitor = asyncio.create_task(_monitor(probe, progress, stop))
-        publishing = asyncio.create_task(publisher.run(events))
+        monitoring = asyncio.create_task(ingest.monitor(probe, progress, stop))
+        publishing = asyncio.create_task(publisher.run(to_publish))
         faults = await _inject_all(
             services, args.faults, progress, args.turns, args.stall_limit_s, t0
         )
@@ -343,7 +207,7 @@ async def run(args: argparse.Namespace, base: Path) -> dict[str, Any]:
         finished = await _until(done, args.drain_limit_s)
         drain_s = time.monotonic() - last_fault if finished else None
         stop.set()
-        await monitor
+        await monitoring
         publishing.cancel()
         dead = await dead_letters(js, Subjects(NAMESPACE), None, 10_000)
         for c in clients.values():
@@ -351,10 +215,12 @@ async def run(args: argparse.Namespace, base: Path) -> dict[str, Any]:
         exit_code = await asyncio.to_thread(worker.stop)
         index = await _count_index(worker.state_dir, pg_server.dsn)
         row = await probe.fetchrow(EPISODE_EVENTS)
-        stored_ids = await probe.con.fetch(  # type: ignore[union-attr]
+        stored_ids = await probe.fetch(
             "SELECT DISTINCT e FROM memories m, unnest(m.source_event_ids) e "
             "WHERE m.type = 'episode' AND m.deleted_at IS NULL"
         )
+        if stored_ids is None:
+            raise RuntimeError("PostgreSQL did not answer the final count")
         stored = {r["e"] for r in stored_ids}
         memories = await probe.fetchrow("SELECT count(*) AS n FROM memories")
         reasons: Counter[str] = Counter(

@@ -1,16 +1,20 @@
 """The processes the fault benchmark starts, kills and starts again: ``memstream worker`` as
-a child process, configured by environment variables only, as a supervisor would run it."""
+a child process, configured by environment variables only, as a supervisor would run it; and
+the faults themselves (``Services.inject``)."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import secrets
 import signal
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
+from memstream.consumers.embedded import EmbeddedNats, EmbeddedPostgres
 from memstream.schemas.errors import ConfigurationError
 
 
@@ -83,3 +87,37 @@ class WorkerProcess:
                 self.proc.kill()
                 self.proc.wait()
         return self.proc.returncode
+
+
+@dataclass
+class Services:
+    """The servers and the worker of one run, and the vector index's offline switch."""
+
+    nats: EmbeddedNats
+    pg: EmbeddedPostgres
+    worker: WorkerProcess
+    offline_flag: Path
+    outage_s: float
+    index_outage_s: float
+
+    async def inject(self, fault: str) -> float:
+        """Make ``fault`` happen and end; returns how long the service was away (s)."""
+        started = time.monotonic()
+        if fault == "worker_kill":
+            await asyncio.to_thread(self.worker.kill)
+            await asyncio.to_thread(self.worker.start)
+        elif fault == "nats_kill":
+            await asyncio.to_thread(self.nats.halt)
+            await asyncio.sleep(self.outage_s)
+            await asyncio.to_thread(self.nats.resume)
+        elif fault == "postgres_kill":
+            await asyncio.to_thread(self.pg.halt, "kill")
+            await asyncio.sleep(self.outage_s)
+            await asyncio.to_thread(self.pg.resume)
+        elif fault == "index_offline":
+            self.offline_flag.touch()
+            await asyncio.sleep(self.index_outage_s)
+            self.offline_flag.unlink()
+        else:
+            raise ValueError(f"unknown fault {fault!r}")
+        return time.monotonic() - started
