@@ -56,7 +56,7 @@ DRAIN_TARGET_S = 60.0
 async def _until(check: Callable[[], Awaitable[bool]], limit_s: float) -> bool:
     deadline = time.monotonic() + limit_s
     while time.monotonic() < deadline:
-        with contextlib.suppress(Exception):  # a server may be coming back
+        with contextlib.suppress(nats.errors.Error, OSError, TimeoutError):  # NATS coming back
             if await check():
                 return True
         await asyncio.sleep(0.25)
@@ -124,9 +124,23 @@ async def _count_index(state_dir: Path, pg_dsn: str) -> dict[str, int]:
 
 
 async def run(args: argparse.Namespace, base: Path) -> dict[str, Any]:
+    """Start the servers, run the ingest with its faults, stop everything it started."""
+    with contextlib.ExitStack() as started:
+        nats_server = await asyncio.to_thread(EmbeddedNats.start, base / "nats")
+        started.callback(nats_server.stop)
+        pg_server = await asyncio.to_thread(EmbeddedPostgres.start, base / "postgres")
+        started.callback(pg_server.stop)
+        return await _ingest(args, base, nats_server, pg_server, started)
+
+
+async def _ingest(
+    args: argparse.Namespace,
+    base: Path,
+    nats_server: EmbeddedNats,
+    pg_server: EmbeddedPostgres,
+    started: contextlib.ExitStack,
+) -> dict[str, Any]:
     t0 = time.monotonic()
-    nats_server = await asyncio.to_thread(EmbeddedNats.start, base / "nats")
-    pg_server = await asyncio.to_thread(EmbeddedPostgres.start, base / "postgres")
     flag = base / "index-offline"
     worker = WorkerProcess(
         {
@@ -139,6 +153,7 @@ async def run(args: argparse.Namespace, base: Path) -> dict[str, Any]:
         base / "worker",
         base / "worker.log",
     )
+    started.callback(worker.kill)
     services = Services(nats_server, pg_server, worker, flag, args.outage_s, args.index_outage_s)
     settings = Settings(nats_url=nats_server.url, namespace=NAMESPACE)
     probe = Probe(pg_server.dsn)
@@ -266,9 +281,6 @@ async def run(args: argparse.Namespace, base: Path) -> dict[str, Any]:
         await probe.close()
         if nc is not None:
             await nc.close()
-        await asyncio.to_thread(worker.kill)
-        await asyncio.to_thread(pg_server.stop)
-        await asyncio.to_thread(nats_server.stop)
 
 
 def _round(value: float | None) -> float | None:
