@@ -165,6 +165,8 @@ class Worker:
             self._whoami_handler()
         )
         await self.broker.start()
+        if await self._left_behind():
+            self.deps.index_behind.set()  # the first maintenance round at once
         self._reconciler = asyncio.create_task(self._reconcile_forever())
         log.info(
             "worker.started",
@@ -321,18 +323,25 @@ class Worker:
         if await self.vectors.optimize():
             log.info("vector_index.optimized")
 
+    async def _left_behind(self) -> bool:
+        """Whether an earlier process left memories unindexed or points undeleted (it was
+        killed during an index outage, or between a delete's two writes)."""
+        try:
+            return bool(await self.pg.unindexed(1) or await self.pg.pending_vector_deletes(1))
+        except MemstreamError:  # Postgres away: let the first round find out
+            return True
+
     async def _reconcile_forever(self) -> None:
         """Maintenance every ``sweep_every_s``, whatever a round raises.
 
-        The first round runs a second after start (a process killed before it had indexed
-        what waited leaves that to the next one), and a healthy wait ends early when a stage
-        could not write to the index (``deps.index_behind``), so memories kept unindexed
-        during an outage are indexed within seconds of its end, not at the next interval. A
-        round failed by an outage (the index or Postgres away) is tried again every 1-5 s,
-        not ignoring the deferrals but not woken by them either; any other failure is logged
-        and tried again after a pause that doubles from 1 s up to the interval."""
+        A healthy wait ends early when a stage could not write to the index
+        (``deps.index_behind``; set at start too when an earlier process left work behind),
+        so memories kept unindexed during an outage are indexed within seconds of its end,
+        not at the next interval. A round failed by an outage (the index or Postgres away) is
+        tried again every 1-5 s, not woken by the deferrals meanwhile; any other failure is
+        logged and tried again after a pause that doubles from 1 s up to the interval."""
         every = self.settings.sweep_every_s
-        pause, failing = min(1.0, every), False
+        pause, failing = every, False
         backoff, outage = Backoff(1.0, every), Backoff(1.0, 5.0)
         behind = self.deps.index_behind
         while True:

@@ -175,6 +175,8 @@ async def test_nats_restart_does_not_wedge_ingest(
                 await mem.publish_turn(_turn(i))
             took = await _until(lambda: _count(pg, flt, 10), 60, "the turns after the restart")
             assert took < 30, f"ingest stalled {took:.0f} s after the restart"
+            # the row is committed just before its index write: recall reads the index
+            await _until(lambda: _all_indexed(pg, flt), 10, "the last turn's index write")
             reply = await mem.recall("where are the warranties?")
             assert not reply.cached and any("attic trunk" in h.text for h in reply.hits)
         nc = await nats.connect(own_nats.url)
