@@ -329,3 +329,39 @@ async def _episodes_of(pg: PgStore, flt: OwnerFilter, event_id: str, n: int) -> 
     """Exactly ``n`` episodes hold ``event_id`` among their source events."""
     rows = await pg.list_memories(flt)
     return sum(m.type is MemoryType.EPISODE and event_id in m.source_event_ids for m in rows) == n
+
+
+async def test_a_worker_indexes_what_an_earlier_process_left_unindexed(
+    pg: PgStore, nats_url: str, namespace: str, tmp_path: Path, embedder: Embedder
+) -> None:
+    """A memory an earlier process stored unindexed (it died during an index outage) is
+    indexed within seconds of the next worker's start, not at its first 30 s interval."""
+    from datetime import UTC, datetime
+
+    from memstream.pipeline import dedupe
+    from memstream.schemas.memory import Candidate, Owner
+
+    c = Candidate(
+        candidate_id="left-1",
+        owner=Owner(tenant="acme", user="rui"),
+        session="s",
+        content="the boat keys hang in the shed",
+        source_event_id="e-left-1",
+        occurred_at=datetime.now(UTC),
+        redacted=True,
+    )
+    keyed = dedupe.key(c)
+    await pg.upsert(keyed.memory_id, keyed.content_hash, c)
+    flt = OwnerFilter(tenant="acme", user="rui")
+    assert not (await pg.list_memories(flt))[0].indexed
+    settings = Settings(
+        nats_url=nats_url, namespace=namespace, state_dir=tmp_path / "state", sweep_every_s=30.0
+    )
+    worker = await _worker(settings, pg, embedder)
+    try:
+        took = await _until(lambda: _all_indexed(pg, flt), 20, "the memory to be indexed")
+        assert took < 10, f"indexed {took:.0f} s after the start"
+        assert await worker.vectors.count("acme") == 1
+    finally:
+        await worker.stop()
+        await _drop_streams(nats_url, settings)
