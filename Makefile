@@ -7,7 +7,7 @@ BIN    := $(VENV)/bin
 PACKAGES := $(filter-out tests,$(patsubst %/__init__.py,%,$(wildcard */__init__.py)))
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: install run test unit integration lint fmt bench-redaction bench-locomo bench-recall bench-vector-index clean
+.PHONY: install run test unit integration lint fmt bench-redaction bench-locomo bench-recall bench-vector-index bench-faults clean
 
 $(STAMP): pyproject.toml setup.py
 	$(PYTHON) -m venv $(VENV)
@@ -59,6 +59,10 @@ bench-recall: install
 ## the vector index alone (both layouts of reads), at recall scale
 bench-vector-index: install
 	$(BIN)/python benchmarks/vector_index.py --points 100000
+
+## its own nats-server, PostgreSQL and worker process, killed and restarted during ingest
+bench-faults: install
+	$(BIN)/memstream bench faults --turns 3000
 
 clean:
 	rm -rf $(VENV) .memstream build dist *.egg-info

@@ -28,11 +28,11 @@ from memstream.consumers.commands import CommandService
 from memstream.consumers.extractors import LlmExtractor
 from memstream.consumers.logs import log
 from memstream.consumers.natsconn import api_keys_required, broker_options, nats_options
-from memstream.consumers.outage import Backoff
+from memstream.consumers.outage import Backoff, is_outage
 from memstream.consumers.recall import RecallService, error_reply
 from memstream.consumers.stages import STAGE_WORK, Deps, StageRunner
 from memstream.pipeline.redact import Redacts
-from memstream.producers.connection import display_url
+from memstream.producers.connection import display_url, servers
 from memstream.schemas.commands import VERBS
 from memstream.schemas.errors import ErrorCode, MemstreamError, PermanentError, describe
 from memstream.schemas.memory import MemoryEvent
@@ -52,7 +52,14 @@ def reconnect_forever(closed: Any) -> dict[str, Any]:
         "max_reconnect_attempts": -1,
         "reconnect_time_wait": random.uniform(1.0, 2.0),  # jitter, not a secret
         "closed_cb": closed,
+        "error_cb": _connection_error,
     }
+
+
+async def _connection_error(exc: Exception) -> None:
+    """One structured line per connection error (nats-py's default prints a traceback to
+    stderr for every failed reconnect attempt, outside the JSON log)."""
+    log.warning("nats.connection_error", error=type(exc).__name__)
 
 
 @dataclass
@@ -86,7 +93,7 @@ class Worker:
     async def start(self) -> None:
         s = Subjects(self.settings.namespace)
         self._nc = await nats.connect(
-            self.nats_url,
+            servers(self.nats_url),
             name="memstream-worker-control",
             **nats_options(self.settings),
             **reconnect_forever(self._closed),
@@ -95,7 +102,12 @@ class Worker:
         topo = await topology.apply(js, self.settings)
         cache = None
         if self.settings.recall_cache_ttl_s:
-            cache = RecallCache(js, f"{s.stream('recall_cache')}", self.settings.recall_cache_ttl_s)
+            cache = RecallCache(
+                js,
+                f"{s.stream('recall_cache')}",
+                self.settings.recall_cache_ttl_s,
+                self.settings.stream_replicas,
+            )
             await cache.start()
         self.deps = Deps(
             self.settings,
@@ -117,7 +129,7 @@ class Worker:
         self.auth = Authenticator(self.pg, api_keys_required(self.settings))
         self.commands = CommandService(self.deps, self.recall, self.auth)
         self.broker = NatsBroker(
-            self.nats_url,
+            servers(self.nats_url),
             ack_policy=AckPolicy.MANUAL,
             logger=None,
             name="memstream-worker",
@@ -150,6 +162,8 @@ class Worker:
         await self.broker.start()
         self._stats_sub = await opsstats.answer(self, self._nc)
         self._redact_sub = await opsstats.answer_redact(self, self._nc)
+        if await self._left_behind():
+            self.deps.index_behind.set()  # the first maintenance round at once
         self._reconciler = asyncio.create_task(self._reconcile_forever())
         log.info(
             "worker.started",
@@ -306,24 +320,48 @@ class Worker:
         if await self.vectors.optimize():
             log.info("vector_index.optimized")
 
+    async def _left_behind(self) -> bool:
+        """Whether an earlier process left memories unindexed or points undeleted (it was
+        killed during an index outage, or between a delete's two writes)."""
+        try:
+            return bool(await self.pg.unindexed(1) or await self.pg.pending_vector_deletes(1))
+        except MemstreamError:  # Postgres away: let the first round find out
+            return True
+
     async def _reconcile_forever(self) -> None:
-        """Maintenance every ``sweep_every_s``, whatever a round raises: a failed round is
+        """Maintenance every ``sweep_every_s``, whatever a round raises.
+
+        A healthy wait ends early when a stage could not write to the index
+        (``deps.index_behind``; set at start too when an earlier process left work behind),
+        so memories kept unindexed during an outage are indexed within seconds of its end,
+        not at the next interval. A round failed by an outage (the index or Postgres away) is
+        tried again every 1-5 s, not woken by the deferrals meanwhile; any other failure is
         logged and tried again after a pause that doubles from 1 s up to the interval."""
-        pause = self.settings.sweep_every_s
-        backoff = Backoff(1.0, self.settings.sweep_every_s)
+        every = self.settings.sweep_every_s
+        pause, failing = every, False
+        backoff, outage = Backoff(1.0, every), Backoff(1.0, 5.0)
+        behind = self.deps.index_behind
         while True:
-            await asyncio.sleep(pause)
+            if failing:
+                await asyncio.sleep(pause)
+            else:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(behind.wait(), pause)
+            behind.clear()  # a deferral from now on asks for another round
             try:
                 await self.maintain_once()
             except MemstreamError as exc:
-                pause = backoff.next()
+                failing = True
+                pause = outage.next() if is_outage(exc) else backoff.next()
                 log.warning("maintenance.failed", error=type(exc).__name__, retry_in_s=pause)
             except Exception:  # noqa: BLE001 - the maintenance loop's one catch-all: it must outlive any round
+                failing = True
                 pause = backoff.next()
                 log.exception("maintenance.error", retry_in_s=pause)
             else:
-                pause = self.settings.sweep_every_s
+                pause, failing = every, False
                 backoff.reset()
+                outage.reset()
 
     async def stop(self) -> None:
         self._stopping = True

@@ -59,8 +59,11 @@ class RecallCache:
     PRUNE_EVERY = 4096  # known keys: drop the expired ones every this many new keys
     SUPERVISE_EVERY_S = 2.0  # how often a worker checks that its bucket and watches live
 
-    def __init__(self, js: JetStreamContext, bucket: str, ttl_s: float) -> None:
-        self.js, self.bucket, self.ttl_s = js, bucket, ttl_s
+    def __init__(self, js: JetStreamContext, bucket: str, ttl_s: float, replicas: int = 1) -> None:
+        """``replicas``: as the streams' (``stream_replicas``), so that in a cluster the bucket
+        outlives the node that holds it: invalidation (``bump``) is part of storing a memory,
+        and a bucket on a lost node would hold up the store stage until the node returned."""
+        self.js, self.bucket, self.ttl_s, self.replicas = js, bucket, ttl_s, replicas
         self.kv: Any = None
         self.gens: dict[str, str] = {}
         self.known: dict[str, float] = {}  # entry key -> when it expires (monotonic)
@@ -87,6 +90,7 @@ class RecallCache:
             ttl=self.ttl_s,
             history=1,
             storage=StorageType.MEMORY,
+            replicas=self.replicas,
             description="memstream recall cache",
         )
         try:

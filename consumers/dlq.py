@@ -20,6 +20,7 @@ import nats
 from nats.errors import TimeoutError as NatsTimeout
 
 from memstream.consumers.natsconn import nats_options
+from memstream.producers.connection import servers
 from memstream.schemas.settings import Settings
 from memstream.schemas.subjects import (
     DLQ_REASON_HEADER,
@@ -73,7 +74,7 @@ async def stored(js: Any, stream: str, subject: str, limit: int) -> list[Any]:
 
 async def run(a: argparse.Namespace, settings: Settings, nats_url: str) -> int:
     s = Subjects(settings.namespace)
-    nc = await nats.connect(nats_url, **nats_options(settings))
+    nc = await nats.connect(servers(nats_url), **nats_options(settings))
     js = nc.jetstream()
     try:
         msgs = await dead_letters(js, s, a.stage, a.limit)

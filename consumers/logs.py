@@ -35,6 +35,25 @@ def configure(level: str = "INFO") -> None:
         logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
         cache_logger_on_first_use=True,
     )
+    root = logging.getLogger()
+    if not any(isinstance(h, _Forward) for h in root.handlers):
+        root.addHandler(_Forward(logging.WARNING))
+
+
+class _Forward(logging.Handler):
+    """Libraries log through the standard library (asyncpg's pool, for one, while Postgres is
+    away): without a handler Python prints each record and its traceback to stderr, outside
+    the JSON log. Here each becomes one structured line: the library's logger and the
+    exception's type, not its text (a library's message may quote a connection string)."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        exc = record.exc_info[1] if record.exc_info else None
+        log.log(
+            record.levelno,
+            "library.log",
+            logger=record.name,
+            error=type(exc).__name__ if exc is not None else None,
+        )
 
 
 log = structlog.get_logger("memstream")

@@ -20,6 +20,7 @@ import nats
 from memstream.consumers.health import problems
 from memstream.consumers.natsconn import nats_options
 from memstream.consumers.topology import topology
+from memstream.producers.connection import servers
 from memstream.schemas.settings import Settings
 
 
@@ -150,7 +151,7 @@ async def serve_http(worker: Any, host: str, port: int) -> asyncio.Server:
 
 
 async def status(settings: Settings, nats_url: str, as_json: bool) -> int:
-    nc = await nats.connect(nats_url, **nats_options(settings))
+    nc = await nats.connect(servers(nats_url), **nats_options(settings))
     try:
         lags = await lag(nc.jetstream(), settings)
     finally:

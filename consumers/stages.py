@@ -88,6 +88,9 @@ class Deps:
     clock: Callable[[], datetime] = field(default=lambda: datetime.now(UTC))
     cache: RecallCache | None = None
     llm: LlmExtractor | None = None  # MEMSTREAM_EXTRACTOR=rules+llm
+    # set when a memory was kept unindexed (the index or Postgres away): the maintenance
+    # loop indexes it as soon as the index answers again
+    index_behind: asyncio.Event = field(default_factory=asyncio.Event)
 
     async def reindex(self, tenant: str, ids: Sequence[str], followers: bool = False) -> None:
         """(Re)build the index points of memories from their Postgres rows (after a store,
@@ -303,8 +306,10 @@ def event_of(c: Candidate, kind: str, memory_id: str, at: datetime) -> MemoryEve
 async def _merged(deps: Deps, c: Candidate, memory_id: str) -> None:
     """A candidate was folded into an existing memory: refresh its index record (or leave it
     to the reconciler when the index is down) and tell the world."""
-    with contextlib.suppress(TransientError):
+    try:
         await deps.reindex(c.owner.tenant, [memory_id])
+    except TransientError:
+        deps.index_behind.set()
     shared = c.scope in SHARED_SCOPES
     await deps.emit(event_of(c, "merged", memory_id, deps.clock()), c.source_event_id, shared)
 
@@ -317,6 +322,9 @@ async def dedupe_work(deps: Deps, body: bytes, subject: str) -> int:
     if await deps.pg.exists(c.owner.tenant, keyed.memory_id):
         await deps.pg.upsert(keyed.memory_id, keyed.content_hash, c)  # merge the source event
         await _merged(deps, c, keyed.memory_id)
+        return 0
+    if folded := await deps.pg.folded_into(c.owner.tenant, c.candidate_id):
+        await _merged(deps, c, folded)  # a redelivery: decided on an earlier try
         return 0
     vector = deps.embedder.embed_query(dated(c.content, c.occurred_at))
     flt = VectorFilter(
@@ -337,7 +345,9 @@ async def dedupe_work(deps: Deps, body: bytes, subject: str) -> int:
         keyed.memory_id,
         deps.settings.near_duplicate_similarity,
     )
-    if similar is not None and await deps.pg.merge(c.owner.tenant, similar, c.source_event_id):
+    if similar is not None and await deps.pg.merge(
+        c.owner.tenant, similar, c.source_event_id, c.candidate_id
+    ):
         await _merged(deps, c, similar)
         return 0
     tenant = c.owner.tenant
@@ -351,6 +361,10 @@ async def store_work(deps: Deps, body: bytes, subject: str) -> int:
     c = _on_stage(deps, subject, "store", decode(Candidate, body))
     if not c.redacted:
         raise PermanentError("candidate reached store without passing redact")
+    if await deps.pg.folded_into(c.owner.tenant, c.candidate_id):
+        # a dedupe try sent it here, and a later try (a redelivery) folded it into a near
+        # duplicate: storing it too would hold its turn twice
+        return 0
     expires = lifecycle.expires_at(c, deps.clock(), deps.settings.ttl_s)
     if expires != c.expires_at:
         c = c.model_copy(update={"expires_at": expires})
@@ -360,6 +374,7 @@ async def store_work(deps: Deps, body: bytes, subject: str) -> int:
         await deps.reindex(c.owner.tenant, [keyed.memory_id], followers=inserted)
     except TransientError as exc:  # kept in Postgres, not indexed: the reconciler retries
         log.warning("store.vector_deferred", memory_id=keyed.memory_id, reason=str(exc))
+        deps.index_behind.set()
     kind = "stored" if inserted else "merged"
     shared = c.scope in SHARED_SCOPES
     await deps.emit(event_of(c, kind, keyed.memory_id, deps.clock()), c.source_event_id, shared)

@@ -39,7 +39,7 @@ from nats.errors import NoRespondersError
 from nats.errors import TimeoutError as NatsTimeout
 from pydantic import ValidationError
 
-from memstream.producers.connection import NatsAuth
+from memstream.producers.connection import NatsAuth, servers
 from memstream.schemas.commands import VERBS, CommandReply
 from memstream.schemas.errors import ErrorCode, ErrorReply, describe
 from memstream.schemas.events import Message, MetaValue, Role, TurnEvent
@@ -168,7 +168,7 @@ class MemoryClient:
                 try:
                     nc = await asyncio.wait_for(
                         nats.connect(
-                            self._url,
+                            servers(self._url),
                             name="memstream-sdk",
                             connect_timeout=self.connect_timeout,
                             max_reconnect_attempts=-1,

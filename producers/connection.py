@@ -31,7 +31,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from pydantic import SecretStr
 
-__all__ = ["NatsAuth", "creds_inbox_prefix", "display_url"]
+__all__ = ["NatsAuth", "creds_inbox_prefix", "display_url", "servers"]
 
 ENV = "MEMSTREAM_NATS_"
 
@@ -39,6 +39,13 @@ ENV = "MEMSTREAM_NATS_"
 def display_url(url: str) -> str:
     """``url`` (or a comma-separated list of URLs) without user, password or token."""
     return ",".join(_strip_userinfo(u.strip()) for u in url.split(","))
+
+
+def servers(url: str) -> list[str]:
+    """The server URLs of ``url``, which may name several, comma-separated (the seed nodes of
+    a cluster: ``nats://n1:4222,nats://n2:4222,nats://n3:4222``). nats-py takes a list; given
+    the string whole, it would read one malformed URL."""
+    return [u.strip() for u in url.split(",") if u.strip()]
 
 
 def _strip_userinfo(url: str) -> str:

@@ -42,6 +42,10 @@ def _rejected(exc: asyncpg.PostgresError) -> DataRejected:
     )
 
 
+def _fold_key(candidate_id: str) -> str:
+    return f"folded:{candidate_id}"
+
+
 async def _queue_vector_deletes(con: Any, tenant: str, ids: Sequence[str]) -> None:
     """Queue the points of ``ids`` for deletion, inside the caller's transaction: the memory
     change and the promise to delete its point commit together (``vector_deletes``)."""
@@ -406,12 +410,14 @@ class PgStore:
         kind: str,
         cause: str,
         detail: dict[str, Any],
+        key: str | None = None,
     ) -> None:
-        """Append one audit row; the key makes a replayed operation record nothing new."""
+        """Append one audit row; the key (by default kind, memory and cause) makes a replayed
+        operation record nothing new."""
         await con.execute(
             "INSERT INTO memory_events (event_key, tenant, memory_id, kind, at, detail) "
             "VALUES ($1, $2, $3, $4, $5, $6::jsonb) ON CONFLICT (event_key) DO NOTHING",
-            f"{kind}:{memory_id or '-'}:{cause}",
+            key or f"{kind}:{memory_id or '-'}:{cause}",
             tenant,
             memory_id,
             kind,
@@ -501,8 +507,13 @@ class PgStore:
                 ],
             )
 
-    async def merge(self, tenant: str, memory_id: str, source_event_id: str) -> bool:
-        """Fold a near-duplicate's source event into an existing live memory."""
+    async def merge(
+        self, tenant: str, memory_id: str, source_event_id: str, candidate_id: str | None = None
+    ) -> bool:
+        """Fold a near-duplicate's source event into an existing live memory. With
+        ``candidate_id`` the fold is recorded under it, in the same transaction, so that a
+        redelivered candidate finds where it went (``folded_into``) instead of deciding again:
+        the near-duplicate check depends on the index, which may be away on the next try."""
         async with self._transaction() as con:
             row = await con.fetchrow(
                 "UPDATE memories SET source_event_ids = CASE WHEN $3 = ANY(source_event_ids) "
@@ -523,8 +534,18 @@ class PgStore:
                 "merged",
                 source_event_id,
                 {"source_event_id": source_event_id, "near_duplicate": True},
+                key=_fold_key(candidate_id) if candidate_id else None,
             )
         return True
+
+    async def folded_into(self, tenant: str, candidate_id: str) -> str | None:
+        """The memory a near-duplicate candidate was folded into (``merge``), or None."""
+        rows = await self._fetch(
+            "SELECT memory_id::text AS id FROM memory_events WHERE event_key = $1 AND tenant = $2",
+            _fold_key(candidate_id),
+            tenant,
+        )
+        return str(rows[0]["id"]) if rows else None
 
     async def session_contexts(
         self, memories: Sequence[MemoryRecord], turns: int = 2

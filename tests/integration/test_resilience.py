@@ -90,7 +90,7 @@ async def test_vector_index_down_keeps_memories_and_reconciles(
             live = make_vector_index(settings)
             await live.ensure(embedder.dim)
             worker.vectors = worker.deps.vectors = worker.recall.vectors = live
-            assert await worker.reconcile_once() == len(rows)
+            await worker.reconcile_once()  # the maintenance loop may have been first
             assert all(r.indexed for r in await pg.list_memories(flt))
             reply = await mem.recall("where is the spare tyre?", cache=False)
             assert reply.degraded == [] and "garage loft" in reply.hits[0].text

@@ -1,0 +1,395 @@
+"""Faults during ingest: worker, nats-server and PostgreSQL killed, the vector index taken away.
+
+Starts its own nats-server and PostgreSQL (from the wheels, free ports, a temp directory) and
+``memstream worker`` as a child process, publishes N turns with the SDK (several tenants;
+preferences, facts, personal data, filler), and while the pipeline works through them makes
+each fault of the plan happen once, at a share of the turns stored: the worker SIGKILLed and
+started again, nats-server SIGKILLed and started again on its port and store, PostgreSQL
+SIGKILLed (every process) and started again, the vector index made unavailable (the worker's
+offline switch, ``fault_vector_offline_file``) and brought back, the worker SIGKILLed again.
+
+The publisher keeps at most ``--ahead`` turns beyond what is stored, so publishing lasts the
+whole ingest and meets the NATS outage too; a publish that fails is retried with the same
+event id (``Nats-Msg-Id``), so a turn whose PubAck was lost is stored once.
+
+Targets: no turn lost or duplicated, the index holding exactly the memories Postgres holds,
+no dead letter, everything processed within 60 s of the end of the last fault. The exit code
+is 1 when a target is missed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import sys
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+import nats
+
+from memstream.consumers.bench import ingest
+from memstream.consumers.bench.conversations import turns
+from memstream.consumers.bench.ingest import EPISODE_EVENTS, Probe, Progress, Publisher
+from memstream.consumers.bench.processes import Services, WorkerProcess
+from memstream.consumers.dlq import dead_letters
+from memstream.consumers.embedded import EmbeddedNats, EmbeddedPostgres
+from memstream.consumers.topology import drained
+from memstream.producers.client import MemoryClient
+from memstream.schemas.settings import Settings
+from memstream.schemas.subjects import DLQ_REASON_HEADER, DLQ_STAGE_HEADER, Subjects
+from memstream.storage.embedding import make_embedder
+from memstream.storage.qdrant_edge import EdgeVectorIndex
+
+NAMESPACE = "mem"
+PLAN = ["worker_kill", "nats_kill", "postgres_kill", "index_offline", "worker_kill"]
+KINDS = ("worker_kill", "nats_kill", "postgres_kill", "index_offline")
+DRAIN_TARGET_S = 60.0
+
+
+async def _until(check: Callable[[], Awaitable[bool]], limit_s: float) -> bool:
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline:
+        with contextlib.suppress(nats.errors.Error, OSError, TimeoutError):  # NATS coming back
+            if await check():
+                return True
+        await asyncio.sleep(0.25)
+    return False
+
+
+async def _inject_all(
+    services: Services,
+    plan: list[str],
+    progress: Progress,
+    n: int,
+    stall_limit_s: float,
+    t0: float,
+) -> list[dict[str, Any]]:
+    """Each fault of the plan once, in order, when its share of the turns is stored."""
+    log: list[dict[str, Any]] = []
+    for k, fault in enumerate(plan):
+        share = (k + 1) / (len(plan) + 1.5)
+        while progress.events < share * n:
+            if time.monotonic() - progress.seen_at > stall_limit_s:
+                print(f"  no turn stored for {stall_limit_s:.0f} s: plan stopped", file=sys.stderr)
+                return log
+            progress.changed.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(progress.changed.wait(), 1.0)
+        at = progress.events
+        print(f"  fault {k + 1}/{len(plan)}: {fault} at {at}/{n} stored", file=sys.stderr)
+        down = await services.inject(fault)
+        ended = time.monotonic()
+        log.append(
+            {
+                "fault": fault,
+                "at_stored": at,
+                "started_s": round(ended - down - t0, 1),
+                "down_s": round(down, 1),
+                "ended_at": ended,
+            }
+        )
+    return log
+
+
+async def _count_index(state_dir: Path, pg_dsn: str) -> dict[str, int]:
+    """Points in the worker's Qdrant Edge shard (the worker stopped), and Postgres's live
+    memories missing from it."""
+    embedder = make_embedder(None, None)
+    index = EdgeVectorIndex(state_dir / "qdrant" / Settings().collection)
+    await index.ensure(embedder.dim)
+    con = await asyncpg.connect(pg_dsn)
+    try:
+        rows = await con.fetch(
+            "SELECT tenant, id::text AS id FROM memories WHERE deleted_at IS NULL"
+        )
+        by_tenant: dict[str, list[str]] = {}
+        for r in rows:
+            by_tenant.setdefault(r["tenant"], []).append(r["id"])
+        missing = 0
+        for tenant, ids in by_tenant.items():
+            for i in range(0, len(ids), 500):
+                found = await index.fetch(tenant, ids[i : i + 500])
+                missing += len(ids[i : i + 500]) - len(found)
+        return {"points": await index.count(), "missing": missing, "live": len(rows)}
+    finally:
+        await con.close()
+        await index.close()
+
+
+async def run(args: argparse.Namespace, base: Path) -> dict[str, Any]:
+    """Start the servers, run the ingest with its faults, stop everything it started."""
+    with contextlib.ExitStack() as started:
+        nats_server = await asyncio.to_thread(EmbeddedNats.start, base / "nats")
+        started.callback(nats_server.stop)
+        pg_server = await asyncio.to_thread(EmbeddedPostgres.start, base / "postgres")
+        started.callback(pg_server.stop)
+        return await _ingest(args, base, nats_server, pg_server, started)
+
+
+async def _ingest(
+    args: argparse.Namespace,
+    base: Path,
+    nats_server: EmbeddedNats,
+    pg_server: EmbeddedPostgres,
+    started: contextlib.ExitStack,
+) -> dict[str, Any]:
+    t0 = time.monotonic()
+    flag = base / "index-offline"
+    worker = WorkerProcess(
+        {
+            "MEMSTREAM_NATS_URL": nats_server.url,
+            "MEMSTREAM_DATABASE_URL": pg_server.dsn,
+            "MEMSTREAM_NAMESPACE": NAMESPACE,
+            "MEMSTREAM_FAULT_VECTOR_OFFLINE_FILE": str(flag),
+            "MEMSTREAM_LOG_LEVEL": "INFO",  # the maintenance rounds (reconcile.indexed ...)
+        },
+        base / "worker",
+        base / "worker.log",
+    )
+    started.callback(worker.kill)
+    services = Services(nats_server, pg_server, worker, flag, args.outage_s, args.index_outage_s)
+    settings = Settings(nats_url=nats_server.url, namespace=NAMESPACE)
+    probe = Probe(pg_server.dsn)
+    stop = asyncio.Event()
+    nc = None
+    try:
+        startup_s = await asyncio.to_thread(worker.start)
+        nc = await nats.connect(
+            nats_server.url,
+            max_reconnect_attempts=-1,
+            reconnect_time_wait=0.5,
+            error_cb=_quiet,  # the outage is the point: no traceback per reconnect attempt
+        )
+        js = nc.jetstream()
+        clients = {
+            t: MemoryClient(t, nats_url=nats_server.url, namespace=NAMESPACE)
+            for t in {t.tenant for t in turns(args.turns, args.tenants, args.users)}
+        }
+        for c in clients.values():
+            await c.connect()
+        to_publish = ingest.events(clients, turns(args.turns, args.tenants, args.users))
+        progress = Progress()
+        # more than a killed worker may hold unacked (a stage pulls 64 at a time): those come
+        # back only after the ack deadline, and the publisher must not wait for them
+        ahead = args.ahead or max(100, args.turns // 10)
+        publisher = Publisher(clients, progress, ahead)
+        monitoring = asyncio.create_task(ingest.monitor(probe, progress, stop))
+        publishing = asyncio.create_task(publisher.run(to_publish))
+        faults = await _inject_all(
+            services, args.faults, progress, args.turns, args.stall_limit_s, t0
+        )
+        with contextlib.suppress(TimeoutError):  # a stalled pipeline holds the publisher
+            await asyncio.wait_for(asyncio.shield(publishing), args.drain_limit_s)
+        last_fault = faults[-1]["ended_at"] if faults else time.monotonic()
+        acked = sorted(publisher.acked)
+
+        waiting: dict[str, Any] = {}
+
+        async def done() -> bool:
+            """Every acked turn has its episode, every stage is empty, every memory indexed."""
+            row = await probe.fetchrow(
+                "SELECT count(DISTINCT e) AS n FROM memories m, unnest(m.source_event_ids) e "
+                "WHERE m.type = 'episode' AND e = ANY($1::text[])",
+                acked,
+            )
+            unindexed = await probe.fetchrow(
+                "SELECT count(*) AS n FROM memories WHERE NOT indexed AND deleted_at IS NULL"
+            )
+            empty = await drained(js, settings)
+            waiting.update(
+                episodes=None if row is None else row["n"],
+                unindexed=None if unindexed is None else unindexed["n"],
+                stages_empty=empty,
+            )
+            if time.monotonic() - waiting.get("said", 0.0) > 10:
+                waiting["said"] = time.monotonic()
+                print(
+                    f"  draining: episodes {waiting['episodes']}/{len(acked)}, unindexed "
+                    f"{waiting['unindexed']}, stages empty: {empty}",
+                    file=sys.stderr,
+                )
+            return bool(
+                row and unindexed and row["n"] == len(acked) and not unindexed["n"] and empty
+            )
+
+        finished = await _until(done, args.drain_limit_s)
+        drain_s = time.monotonic() - last_fault if finished else None
+        stop.set()
+        await monitoring
+        publishing.cancel()
+        dead = await dead_letters(js, Subjects(NAMESPACE), None, 10_000)
+        for c in clients.values():
+            await c.close()
+        exit_code = await asyncio.to_thread(worker.stop)
+        index = await _count_index(worker.state_dir, pg_server.dsn)
+        row = await probe.fetchrow(EPISODE_EVENTS)
+        stored_ids = await probe.fetch(
+            "SELECT DISTINCT e FROM memories m, unnest(m.source_event_ids) e "
+            "WHERE m.type = 'episode' AND m.deleted_at IS NULL"
+        )
+        if stored_ids is None:
+            raise RuntimeError("PostgreSQL did not answer the final count")
+        stored = {r["e"] for r in stored_ids}
+        memories = await probe.fetchrow("SELECT count(*) AS n FROM memories")
+        reasons: Counter[str] = Counter(
+            f"{(m.headers or {}).get(DLQ_STAGE_HEADER)}: {(m.headers or {}).get(DLQ_REASON_HEADER)}"
+            for m in dead
+        )
+        return {
+            "turns": args.turns,
+            "plan": args.faults,
+            "tenants": len(clients),
+            "published": len(acked),
+            "publish_retries": publisher.retries,
+            "publish_errors": dict(publisher.errors),
+            "acked_as_duplicate": publisher.duplicate_acks,
+            "publish_s": round(publisher.took_s, 1) if publisher.took_s else None,
+            "ahead": ahead,
+            "episodes_stored": len(stored & set(acked)),
+            "lost": len(set(acked) - stored),
+            "unexpected": len(stored - set(acked)),
+            "duplicated": int(row["refs"] - row["events"]) if row else None,
+            "memories_postgres": int(memories["n"]) if memories else None,
+            "memories_live": index["live"],
+            "points_index": index["points"],
+            "missing_in_index": index["missing"],
+            "dead_letters": len(dead),
+            "dead_letter_reasons": dict(reasons),
+            "drain_after_last_fault_s": round(drain_s, 1) if drain_s is not None else None,
+            "worker_startup_s": round(startup_s, 1),
+            "worker_starts": worker.starts,
+            "worker_exit_code": exit_code,
+            "faults": [
+                {
+                    **{k: v for k, v in f.items() if k != "ended_at"},
+                    "next_stored_after_s": _round(progress.next_growth(f["ended_at"])),
+                }
+                for f in faults
+            ],
+            "total_s": round(time.monotonic() - t0, 1),
+            "worker_log_events": _log_events(worker.log),
+        }
+    finally:
+        stop.set()
+        await probe.close()
+        if nc is not None:
+            await nc.close()
+
+
+def _round(value: float | None) -> float | None:
+    return None if value is None else round(value, 1)
+
+
+async def _quiet(exc: Exception) -> None:
+    return None
+
+
+def _log_events(path: Path) -> dict[str, int]:
+    """How often each warning or error event appears in the worker's log."""
+    seen: Counter[str] = Counter()
+    with contextlib.suppress(OSError), path.open(errors="replace") as lines:
+        for line in lines:
+            with contextlib.suppress(ValueError, AttributeError):
+                entry = json.loads(line)
+                seen[f"{entry.get('level', '?')} {entry.get('event', '?')}"] += 1
+    return dict(seen.most_common(12))
+
+
+def targets(r: dict[str, Any]) -> dict[str, bool]:
+    """Each target, met or not."""
+    drain = r["drain_after_last_fault_s"]
+    return {
+        "every fault injected": [f["fault"] for f in r["faults"]] == r["plan"],
+        "0 lost": r["lost"] == 0 and r["published"] == r["turns"],
+        "0 duplicated": r["duplicated"] == 0 and r["unexpected"] == 0,
+        "index == Postgres": r["points_index"] == r["memories_live"] == r["memories_postgres"]
+        and r["missing_in_index"] == 0,
+        "0 dead letters": r["dead_letters"] == 0,
+        f"drained within {DRAIN_TARGET_S:.0f} s of the last fault": drain is not None
+        and drain <= DRAIN_TARGET_S,
+    }
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--turns", type=int, default=3000)
+    p.add_argument(
+        "--faults",
+        type=_plan,
+        default=PLAN,
+        help=f"the faults, in order, comma-separated, from {', '.join(KINDS)} "
+        f"(default: {','.join(PLAN)})",
+    )
+    p.add_argument("--tenants", type=int, default=3)
+    p.add_argument("--users", type=int, default=4, help="users per tenant")
+    p.add_argument(
+        "--ahead",
+        type=int,
+        default=None,
+        help="turns published beyond those stored (default: a tenth of --turns, at least 100)",
+    )
+    p.add_argument("--outage-s", type=float, default=2.0, help="NATS and Postgres stay down")
+    p.add_argument("--index-outage-s", type=float, default=5.0, help="the index stays away")
+    p.add_argument("--drain-limit-s", type=float, default=300.0, help="give up waiting after")
+    p.add_argument("--stall-limit-s", type=float, default=180.0, help="no progress: give up")
+    p.add_argument("--keep", action="store_true", help="keep the temp directory (logs, data)")
+
+
+def _plan(text: str) -> list[str]:
+    plan = [f.strip() for f in text.split(",") if f.strip()]
+    if not plan or any(f not in KINDS for f in plan):
+        raise argparse.ArgumentTypeError(f"faults are from {', '.join(KINDS)}")
+    return plan
+
+
+def main(args: argparse.Namespace) -> int:
+    tmp = tempfile.mkdtemp(prefix="memstream-faults-")
+    try:
+        r = asyncio.run(run(args, Path(tmp)))
+    finally:
+        if args.keep:
+            print(f"  kept {tmp}", file=sys.stderr)
+        else:
+            import shutil
+
+            shutil.rmtree(tmp, ignore_errors=True)
+    met = targets(r)
+    print(
+        f"\nfaults during ingest: {r['turns']:,} turns, {r['tenants']} tenants, "
+        f"{r['total_s']} s in all (worker start-up {r['worker_startup_s']} s)"
+    )
+    print(f"  {'fault':<15}{'at stored':>12}{'started':>10}{'away':>8}{'next stored':>13}")
+    for f in r["faults"]:
+        nxt = "-" if f["next_stored_after_s"] is None else f"+{f['next_stored_after_s']} s"
+        print(
+            f"  {f['fault']:<15}{f['at_stored']:>12,}{f['started_s']:>9} s"
+            f"{f['down_s']:>6} s{nxt:>13}"
+        )
+    drain = r["drain_after_last_fault_s"]
+    rows = [
+        (
+            "turns published (acked)",
+            r["published"],
+            f"in {r['publish_s']} s, {r['publish_retries']} publishes retried "
+            f"({r['acked_as_duplicate']} acked as duplicates), at most {r['ahead']} ahead",
+        ),
+        ("episodes stored", r["episodes_stored"], f"lost {r['lost']}"),
+        ("duplicated", r["duplicated"], f"stored but never acked {r['unexpected']}"),
+        ("memories in Postgres", r["memories_postgres"], f"live {r['memories_live']}"),
+        ("points in the index", r["points_index"], f"missing {r['missing_in_index']}"),
+        ("dead letters", r["dead_letters"], "; ".join(r["dead_letter_reasons"]) or "-"),
+        ("drained after last fault", "never" if drain is None else f"{drain} s", ""),
+    ]
+    for label, value, note in rows:
+        print(f"  {label:<26}{value!s:>10}   {note}")
+    for name, ok in met.items():
+        print(f"  target {name}: {'met' if ok else 'MISSED'}")
+    if args.json:
+        print(json.dumps({**r, "targets": met}))
+    return 0 if all(met.values()) else 1

@@ -1,0 +1,123 @@
+"""The processes the fault benchmark starts, kills and starts again: ``memstream worker`` as
+a child process, configured by environment variables only, as a supervisor would run it; and
+the faults themselves (``Services.inject``)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from memstream.consumers.embedded import EmbeddedNats, EmbeddedPostgres
+from memstream.schemas.errors import ConfigurationError
+
+
+def memstream_command() -> list[str]:
+    """The ``memstream`` console script next to this interpreter (a venv's bin/), else the
+    module behind it run by this interpreter."""
+    script = Path(sys.executable).parent / "memstream"
+    if script.exists():
+        return [str(script)]
+    return [sys.executable, "-c", "from memstream.producers.cli import main; main()"]
+
+
+class WorkerProcess:
+    """``memstream worker`` on the given services; its log (JSON lines) goes to ``log``."""
+
+    def __init__(self, env: dict[str, str], state_dir: Path, log: Path) -> None:
+        self.state_dir, self.log = state_dir, log
+        self.env = {
+            **{k: v for k, v in os.environ.items() if not k.startswith("MEMSTREAM_")},
+            # a fresh secret per run: placeholders only need to be stable within it
+            "MEMSTREAM_REDACTION_KEY": secrets.token_hex(32),
+            "MEMSTREAM_STATE_DIR": str(state_dir),
+            "MEMSTREAM_OPS_PORT": "0",
+            "MEMSTREAM_LOG_LEVEL": "WARNING",
+            **env,
+        }
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.starts = 0
+
+    @property
+    def ready_file(self) -> Path:
+        return self.state_dir / "stack.json"  # written once the worker serves
+
+    def start(self, timeout_s: float = 180.0) -> float:
+        """Start it and wait until it serves; returns the seconds that took."""
+        started = time.monotonic()
+        self.ready_file.unlink(missing_ok=True)  # a killed worker leaves its own behind
+        with self.log.open("ab") as out:
+            self.proc = subprocess.Popen(
+                [*memstream_command(), "worker"], env=self.env, stdout=out, stderr=out
+            )
+        self.starts += 1
+        while not self.ready_file.exists():
+            if self.proc.poll() is not None:
+                raise ConfigurationError(
+                    f"memstream worker exited with code {self.proc.returncode} during start-up "
+                    f"(log: {self.log})"
+                )
+            if time.monotonic() - started > timeout_s:
+                raise ConfigurationError(f"memstream worker not serving after {timeout_s:.0f} s")
+            time.sleep(0.05)
+        return time.monotonic() - started
+
+    def kill(self) -> None:
+        """SIGKILL: no shutdown, no drain, unacked messages left to their ack deadline."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+        if self.proc is not None:
+            self.proc.wait()
+
+    def stop(self, timeout_s: float = 60.0) -> int | None:
+        """SIGTERM and wait (SIGKILL after ``timeout_s``); the exit code."""
+        if self.proc is None:
+            return None
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        return self.proc.returncode
+
+
+@dataclass
+class Services:
+    """The servers and the worker of one run, and the vector index's offline switch."""
+
+    nats: EmbeddedNats
+    pg: EmbeddedPostgres
+    worker: WorkerProcess
+    offline_flag: Path
+    outage_s: float
+    index_outage_s: float
+
+    async def inject(self, fault: str) -> float:
+        """Make ``fault`` happen and end; returns how long the service was away (s)."""
+        started = time.monotonic()
+        if fault == "worker_kill":
+            await asyncio.to_thread(self.worker.kill)
+            await asyncio.to_thread(self.worker.start)
+        elif fault == "nats_kill":
+            await asyncio.to_thread(self.nats.halt)
+            await asyncio.sleep(self.outage_s)
+            await asyncio.to_thread(self.nats.resume)
+        elif fault == "postgres_kill":
+            await asyncio.to_thread(self.pg.halt, "kill")
+            await asyncio.sleep(self.outage_s)
+            await asyncio.to_thread(self.pg.resume)
+        elif fault == "index_offline":
+            self.offline_flag.touch()
+            await asyncio.sleep(self.index_outage_s)
+            self.offline_flag.unlink()
+        else:
+            raise ValueError(f"unknown fault {fault!r}")
+        return time.monotonic() - started
