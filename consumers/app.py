@@ -78,6 +78,9 @@ class Worker:
     commands: CommandService = field(init=False)
     auth: Authenticator = field(init=False)
     telemetry: WorkerMetrics = field(init=False)  # this worker's Prometheus registry
+    # keyed with the state directory's development key (memstream dev, --dev-redaction-key):
+    # reported in <ns>.ops.stats for memstream doctor
+    dev_redaction_key: bool = field(init=False, default=False)
     _nc: Any = field(init=False, default=None)
     _reconciler: asyncio.Task[None] | None = field(init=False, default=None)
     _tasks: set[asyncio.Task[Any]] = field(init=False, default_factory=set)

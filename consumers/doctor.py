@@ -257,7 +257,8 @@ async def check_postgres(database_url: str | None, schema: str) -> tuple[list[Fi
     return found, report
 
 
-def check_redaction_key(settings: Settings) -> Finding:
+def check_redaction_key(settings: Settings, stats: dict[str, Any] | None = None) -> Finding:
+    """The key in this environment, and what the answering worker reports it runs with."""
     fix = (
         "set MEMSTREAM_REDACTION_KEY to a random secret, the same on every worker "
         "(`python -c 'import secrets; print(secrets.token_hex(32))'`), kept in a secret store"
@@ -287,19 +288,27 @@ def check_redaction_key(settings: Settings) -> Finding:
             f"MEMSTREAM_REDACTION_KEY is the development key of {settings.state_dir}",
             fix,
         )
+    if stats is not None and stats.get("dev_redaction_key"):
+        return Finding(
+            "redaction_key",
+            False,
+            f"worker {stats.get('worker', '?')} runs with its state directory's development "
+            "key (`memstream dev` or --dev-redaction-key)",
+            fix + ", then restart that worker as `memstream worker` without --dev-redaction-key",
+        )
     return Finding("redaction_key", True, "set, not a development or example key")
 
 
-async def _index_from_workers(nc: Any, settings: Settings) -> dict[str, Any] | None:
-    """The index health and size as the worker that owns the Qdrant Edge shard reports it."""
+async def worker_stats(nc: Any, settings: Settings) -> dict[str, Any] | None:
+    """The first worker's answer to ``<ns>.ops.stats`` (None when none answers)."""
     if nc is None:
         return None
     try:
         msg = await nc.request(Subjects(settings.namespace).ops("stats"), b"{}", timeout=TIMEOUT_S)
-        health: dict[str, Any] = json.loads(msg.data)["health"]["index"]
+        stats: dict[str, Any] = json.loads(msg.data)
     except Exception:  # noqa: BLE001 - no worker answered
         return None
-    return health
+    return stats
 
 
 async def check_index(
@@ -332,7 +341,8 @@ async def check_index(
 
         path = settings.state_dir / "qdrant" / settings.collection
         stored = stored_dim(path)
-        health = await _index_from_workers(nc, settings)
+        stats = await worker_stats(nc, settings)
+        health = stats.get("health", {}).get("index") if stats else None
         if health is None or not health.get("ok"):
             why = (
                 "no worker answers"
@@ -404,10 +414,11 @@ async def diagnose(
 
             dim = make_embedder(settings.embedding_model, settings.embedding_path).dim
         index = await check_index(settings, nc, report, dim)
+        key = check_redaction_key(settings, await worker_stats(nc, settings))
     finally:
         if nc is not None:
             await nc.close()
-    return [*bus, *pg, check_redaction_key(settings), *index]
+    return [*bus, *pg, key, *index]
 
 
 def render(findings: list[Finding]) -> str:

@@ -183,3 +183,13 @@ async def test_unreachable_servers_are_named_without_credentials(
     assert "FAIL  nats" in out and "MEMSTREAM_NATS_URL" in out
     assert "FAIL  postgres" in out and "MEMSTREAM_DATABASE_URL" in out
     assert wrong not in out
+
+
+async def test_a_worker_on_the_development_key_is_named(running, database_url: str, capsys) -> None:  # type: ignore[no-untyped-def]
+    """Even with a proper key in the doctor's environment, a worker that runs with its state
+    directory's development key (as `memstream dev` does) fails the check."""
+    running.worker.dev_redaction_key = True
+    code, out, found = await check(running, database_url, capsys)
+    assert code == 1
+    assert "runs with its state directory's development key" in found["redaction_key"].detail
+    assert "without --dev-redaction-key" in out
