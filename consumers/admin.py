@@ -33,8 +33,8 @@ async def apply_streams(settings: Settings, nats_url: str) -> int:
     return 0
 
 
-async def reindex(settings: Settings, database_url: str, now: bool) -> int:
-    marked = await pgcheck.mark_all_unindexed(database_url)
+async def reindex(settings: Settings, database_url: str, now: bool, schema: str = "public") -> int:
+    marked = await pgcheck.mark_all_unindexed(database_url, schema)
     print(f"{marked} live memories marked for indexing")
     if not now:
         print(
@@ -47,7 +47,7 @@ async def reindex(settings: Settings, database_url: str, now: bool) -> int:
     from memstream.storage.postgres import PgStore
 
     embedder = make_embedder(settings.embedding_model, settings.embedding_path)
-    pg = await PgStore.connect(database_url)
+    pg = await PgStore.connect(database_url, schema=schema)
     vectors = make_vector_index(settings, embedder.dim)
     try:
         await vectors.ensure(embedder.dim)

@@ -193,3 +193,26 @@ async def test_a_worker_on_the_development_key_is_named(running, database_url: s
     assert code == 1
     assert "runs with its state directory's development key" in found["redaction_key"].detail
     assert "without --dev-redaction-key" in out
+
+
+async def test_reindex_now_rebuilds_a_new_collection_from_postgres(
+    running, database_url: str, capsys
+) -> None:  # type: ignore[no-untyped-def]
+    """`memstream reindex --now` with a new collection fills it with one point per live memory,
+    read from Postgres alone."""
+    from memstream.consumers.admin import reindex
+    from memstream.consumers.run import make_vector_index
+
+    await stored(running)
+    want = await running.pg.count()
+    fresh = running.settings.model_copy(update={"collection": "rebuilt"})
+    assert await reindex(fresh, database_url, now=True, schema=running.settings.namespace) == 0
+    assert f"indexed {want} memories" in capsys.readouterr().out
+    index = make_vector_index(fresh)
+    try:
+        await index.ensure(running.worker.embedder.dim)
+        assert await index.count() == want > 0
+        assert await index.count("acme") == want
+    finally:
+        await index.close()
+    assert await running.pg.unindexed(10) == []
