@@ -252,8 +252,11 @@ class WorkerMetrics:
 
     async def refresh(self, js: Any, settings: Settings) -> None:
         """Read every stage consumer and stream once and set the gauges."""
-        self.set_lag(await lag(js, settings))
-        self.refreshed.set_to_current_time()
+        lags = await lag(js, settings)
+        self.set_lag(lags)
+        # lag() reads -1 for what did not answer: only a read that reached JetStream is fresh
+        if any(v >= 0 for values in lags.values() for v in values.values()):
+            self.refreshed.set_to_current_time()
 
     async def start_refreshing(self, js: Any, settings: Settings) -> None:
         """Refresh the JetStream gauges now (the first scrape has them), then every

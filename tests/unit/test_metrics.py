@@ -72,3 +72,16 @@ def test_dead_letter_categories_follow_the_error_tree() -> None:
         "pipeline_order"
     )
     assert category_of(StorageUnavailable("x")) == "internal_error"
+
+
+def test_an_unknown_lag_removes_the_series_instead_of_exporting_minus_one() -> None:
+    """A consumer JetStream could not describe leaves no gauge behind (a -1 would sum wrongly
+    and hide the outage); a known value sets it."""
+    m = WorkerMetrics(object())
+    m.set_lag({"extract": {"pending": 3, "ack_pending": 1, "redelivered": 0}})
+    m.set_lag({"stream:dlq": {"messages": 2, "bytes": 100}})
+    got = samples(m)
+    assert got[("memstream_consumer_pending", (("stage", "extract"),))] == 3
+    assert got[("memstream_stream_messages", (("stream", "dlq"),))] == 2
+    m.set_lag({"extract": {"pending": -1, "ack_pending": -1, "redelivered": -1}})
+    assert ("memstream_consumer_pending", (("stage", "extract"),)) not in samples(m)
