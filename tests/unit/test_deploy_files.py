@@ -1,7 +1,7 @@
 """deploy/: the compose file, the Kubernetes manifests and the Dockerfile hold together.
 
-These read the files (no container engine runs here); ``docker compose config`` validates the
-compose file where docker with the compose plugin is installed.
+These read the files (no container engine runs here); ``docker compose config`` (or Debian's
+``docker-compose``) validates the compose file where one of them is installed.
 """
 
 from __future__ import annotations
@@ -119,24 +119,41 @@ def test_compose_qdrant_is_new_enough_for_the_client() -> None:
     assert major == cmajor and abs(minor - cminor) <= 1
 
 
+def compose_cli() -> list[str] | None:
+    """``docker compose`` (the plugin), else Debian's ``docker-compose``; None if neither."""
+    if shutil.which("docker") is not None:
+        probe = subprocess.run(["docker", "compose", "version"], capture_output=True, check=False)
+        if probe.returncode == 0:
+            return ["docker", "compose"]
+    if shutil.which("docker-compose") is not None:
+        return ["docker-compose"]
+    return None
+
+
+COMPOSE = compose_cli()
+
+
 @pytest.mark.skipif(
-    shutil.which("docker") is None
-    or subprocess.run(["docker", "compose", "version"], capture_output=True).returncode != 0,
-    reason="docker with the compose plugin is not installed here (docker compose config "
-    "needs no engine, only the plugin)",
+    COMPOSE is None,
+    reason="neither docker with the compose plugin nor docker-compose is installed here "
+    "(`config` needs no engine, only the client)",
 )
-def test_docker_compose_config_accepts_the_file() -> None:
-    """``docker compose config`` parses and interpolates deploy/compose.yaml."""
+def test_docker_compose_config_accepts_the_file_and_requires_the_secrets() -> None:
+    """``docker compose config`` parses and interpolates deploy/compose.yaml with the secrets
+    in the environment, and refuses it, naming the variable, without them."""
+    assert COMPOSE is not None
+    command = [*COMPOSE, "-f", str(DEPLOY / "compose.yaml"), "config"]
+    clean = {k: v for k, v in os.environ.items() if k not in SECRETS}
     out = subprocess.run(
-        ["docker", "compose", "-f", str(DEPLOY / "compose.yaml"), "config", "--format", "json"],
-        capture_output=True,
-        text=True,
-        env={**os.environ, **SECRETS},
-        check=False,
+        command, capture_output=True, text=True, env={**clean, **SECRETS}, check=False
     )
     assert out.returncode == 0, out.stderr
-    services = json.loads(out.stdout)["services"]
+    services = yaml.safe_load(out.stdout)["services"]
     assert services["worker"]["environment"]["MEMSTREAM_OPS_HOST"] == "0.0.0.0"
+    assert "test-password@postgres" in services["worker"]["environment"]["MEMSTREAM_DATABASE_URL"]
+    refused = subprocess.run(command, capture_output=True, text=True, env=clean, check=False)
+    assert refused.returncode != 0
+    assert "in deploy/.env" in refused.stderr
 
 
 def test_dockerfile_is_multi_stage_non_root_with_the_model() -> None:
