@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import random
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,6 +28,7 @@ from memstream.consumers.cache import RecallCache
 from memstream.consumers.commands import CommandService
 from memstream.consumers.extractors import LlmExtractor
 from memstream.consumers.logs import log
+from memstream.consumers.metrics import WorkerMetrics
 from memstream.consumers.natsconn import api_keys_required, broker_options, nats_options
 from memstream.consumers.outage import Backoff, is_outage
 from memstream.consumers.recall import RecallService, error_reply
@@ -75,6 +77,10 @@ class Worker:
     recall: RecallService = field(init=False)
     commands: CommandService = field(init=False)
     auth: Authenticator = field(init=False)
+    telemetry: WorkerMetrics = field(init=False)  # this worker's Prometheus registry
+    # keyed with the state directory's development key (memstream dev, --dev-redaction-key):
+    # reported in <ns>.ops.stats for memstream doctor
+    dev_redaction_key: bool = field(init=False, default=False)
     _nc: Any = field(init=False, default=None)
     _reconciler: asyncio.Task[None] | None = field(init=False, default=None)
     _tasks: set[asyncio.Task[Any]] = field(init=False, default_factory=set)
@@ -100,6 +106,7 @@ class Worker:
         )
         js = self._nc.jetstream()
         topo = await topology.apply(js, self.settings)
+        self.telemetry = WorkerMetrics(self)
         cache = None
         if self.settings.recall_cache_ttl_s:
             cache = RecallCache(
@@ -124,8 +131,10 @@ class Worker:
                 if self.settings.extractor == "rules+llm" and self.settings.llm is not None
                 else None
             ),
+            telemetry=self.telemetry,
         )
         self.recall = RecallService(self.pg, self.vectors, self.embedder)
+        self.recall.telemetry = self.telemetry
         self.auth = Authenticator(self.pg, api_keys_required(self.settings))
         self.commands = CommandService(self.deps, self.recall, self.auth)
         self.broker = NatsBroker(
@@ -219,6 +228,7 @@ class Worker:
         self._spawn(self._answer_recall(msg))
 
     async def _answer_recall(self, msg: Any) -> None:
+        started = time.perf_counter()
         try:
             async with asyncio.timeout(self.settings.recall_deadline_s):
                 async with self._recall_slots:  # bounded concurrency; the rest wait here
@@ -228,6 +238,7 @@ class Worker:
             data = error_reply(ErrorCode.TIMEOUT, "recall did not finish within its deadline")
         finally:
             self._recall_pending -= 1
+            self.telemetry.recall_answered(time.perf_counter() - started)
         if msg.reply:
             with contextlib.suppress(Exception):  # the requester or NATS may be gone
                 await msg.respond(data)

@@ -7,10 +7,12 @@ import argparse
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Add ``dev``, ``worker`` and ``bench ...`` to the ``memstream`` CLI."""
+    """Add ``dev``, ``worker``, ``bench ...``, ``doctor`` ... to the ``memstream`` CLI."""
+    from memstream.consumers.admin import register as register_admin
     from memstream.consumers.bench import register as register_bench
     from memstream.consumers.creds import register as register_creds
     from memstream.consumers.dlq import register as register_dlq
+    from memstream.consumers.doctor import register as register_doctor
     from memstream.consumers.keys import register as register_keys
     from memstream.consumers.ops import register as register_ops
     from memstream.consumers.run import register as register_run
@@ -23,3 +25,5 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     register_dlq(sub)
     register_console(sub)
     register_creds(sub)
+    register_doctor(sub)
+    register_admin(sub)

@@ -1,10 +1,9 @@
 """The ops surface: Prometheus metrics and health over HTTP, and ``memstream status``.
 
-``GET /metrics``: per-stage counters of this process (processed, acked, retried,
-dead-lettered, outputs, busy seconds), redactions by type, recall and command counts, and,
-from JetStream, each stage consumer's lag (pending, unacked, redelivered) and the
-dead-letter stream's size. ``GET /healthz``: 200 when NATS, Postgres and the vector index
-all answer, else 503 naming what is missing (consumers/health.py).
+``GET /metrics``: the worker's Prometheus registry (consumers/metrics.py): per-stage
+counters and histograms, recall latency overall and per leg, dead letters by category,
+JetStream lag and stream sizes, process metrics. ``GET /healthz``: 200 when NATS, Postgres
+and the vector index all answer, else 503 naming what is missing (consumers/health.py).
 """
 
 from __future__ import annotations
@@ -16,6 +15,7 @@ import json
 from typing import Any
 
 import nats
+from prometheus_client import CONTENT_TYPE_LATEST
 
 from memstream.consumers.health import problems
 from memstream.consumers.natsconn import nats_options
@@ -49,95 +49,44 @@ async def lag(js: Any, settings: Settings) -> dict[str, dict[str, int]]:
     return out
 
 
-def render(worker: Any, lags: dict[str, dict[str, int]]) -> str:
-    """Prometheus text exposition."""
-    lines: list[str] = []
+class OpsServer:
+    """The ops HTTP endpoint of one worker; ``close()`` also stops the gauge refresher."""
 
-    def metric(name: str, help_text: str, kind: str, samples: list[tuple[str, float]]) -> None:
-        lines.append(f"# HELP {name} {help_text}")
-        lines.append(f"# TYPE {name} {kind}")
-        lines.extend(f"{name}{labels} {value}" for labels, value in samples)
+    def __init__(self, server: asyncio.Server, worker: Any) -> None:
+        self.server, self.worker = server, worker
 
-    stages = worker.deps.metrics
-    for field, help_text in (
-        ("processed", "messages handled"),
-        ("acked", "messages acked"),
-        ("retried", "messages nacked for retry"),
-        ("dead_lettered", "messages sent to the dead-letter subject"),
-        ("outputs", "messages or rows produced"),
-    ):
-        metric(
-            f"memstream_stage_{field}_total",
-            help_text,
-            "counter",
-            [(f'{{stage="{s}"}}', getattr(m, field)) for s, m in stages.items()],
-        )
-    metric(
-        "memstream_stage_busy_seconds_total",
-        "time spent handling",
-        "counter",
-        [(f'{{stage="{s}"}}', round(m.busy_s, 6)) for s, m in stages.items()],
-    )
-    redactions = stages["redact"].redactions if "redact" in stages else {}
-    metric(
-        "memstream_redactions_total",
-        "values replaced by placeholders, by type",
-        "counter",
-        [(f'{{type="{k}"}}', v) for k, v in sorted(redactions.items())],
-    )
-    metric(
-        "memstream_recall_total",
-        "recall requests",
-        "counter",
-        [('{result="ok"}', worker.recall.served), ('{result="error"}', worker.recall.failed)],
-    )
-    cache = worker.deps.cache
-    if cache is not None:
-        metric(
-            "memstream_recall_cache_lookups_total",
-            "recall cache lookups (a miss is decided locally, without a KV call)",
-            "counter",
-            [('{result="hit"}', cache.hits), ('{result="miss"}', cache.misses)],
-        )
-    for key in ("pending", "ack_pending", "redelivered"):
-        metric(
-            f"memstream_consumer_{key}",
-            f"stage consumer {key}",
-            "gauge",
-            [(f'{{stage="{s}"}}', v[key]) for s, v in lags.items() if key in v],
-        )
-    metric(
-        "memstream_stream_messages",
-        "messages held by each stream",
-        "gauge",
-        [
-            (f'{{stream="{s.split(":")[1]}"}}', v["messages"])
-            for s, v in lags.items()
-            if s.startswith("stream:")
-        ],
-    )
-    return "\n".join(lines) + "\n"
+    @property
+    def sockets(self) -> Any:
+        return self.server.sockets
+
+    def close(self) -> None:
+        self.worker.telemetry.stop_refreshing()
+        self.server.close()
 
 
-async def serve_http(worker: Any, host: str, port: int) -> asyncio.Server:
+async def serve_http(worker: Any, host: str, port: int) -> OpsServer:
+    """``/metrics`` (the worker's registry, consumers/metrics.py) and ``/healthz`` on
+    ``host:port``; starts refreshing the JetStream gauges."""
+
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             request = (await reader.readline()).decode(errors="replace").split()
             while (await reader.readline()) not in (b"\r\n", b"\n", b""):
                 pass
-            path = request[1] if len(request) > 1 else "/"
+            path = request[1].split("?", 1)[0] if len(request) > 1 else "/"
+            content_type = "text/plain; charset=utf-8"
             if path == "/metrics":
-                body = render(worker, await lag(worker.deps.js, worker.settings))
+                data = worker.telemetry.render()
+                content_type = CONTENT_TYPE_LATEST
                 status = "200 OK"
             elif path == "/healthz":
                 missing = await problems(worker)
-                body = "".join(f"{k}: {v}\n" for k, v in missing.items()) or "ok\n"
+                data = ("".join(f"{k}: {v}\n" for k, v in missing.items()) or "ok\n").encode()
                 status = "503 Service Unavailable" if missing else "200 OK"
             else:
-                status, body = "404 Not Found", "not found\n"
-            data = body.encode()
+                status, data = "404 Not Found", b"not found\n"
             writer.write(
-                f"HTTP/1.1 {status}\r\nContent-Type: text/plain; version=0.0.4\r\n"
+                f"HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\n"
                 f"Content-Length: {len(data)}\r\nConnection: close\r\n\r\n".encode()
                 + data
             )
@@ -147,7 +96,9 @@ async def serve_http(worker: Any, host: str, port: int) -> asyncio.Server:
             with contextlib.suppress(Exception):
                 await writer.wait_closed()
 
-    return await asyncio.start_server(handle, host, port)
+    server = await asyncio.start_server(handle, host, port)
+    await worker.telemetry.start_refreshing(worker.deps.js, worker.settings)
+    return OpsServer(server, worker)
 
 
 async def status(settings: Settings, nats_url: str, as_json: bool) -> int:

@@ -54,6 +54,7 @@ async def snapshot(worker: Any) -> dict[str, Any]:
             "latencies_ms": [round(x, 3) for x in worker.recall.latencies_ms],
         },
         "cache": None if cache is None else {"hits": cache.hits, "misses": cache.misses},
+        "dev_redaction_key": bool(getattr(worker, "dev_redaction_key", False)),
         "health": {
             "nats": {"ok": bool(worker.broker.config.connection_state.connection.is_connected)},
             "postgres": postgres,

@@ -23,6 +23,7 @@ from typing import Any, TypeVar
 
 from memstream.consumers.indexing import hit_of, record_of
 from memstream.consumers.logs import log
+from memstream.consumers.metrics import WorkerMetrics
 from memstream.pipeline.fuse import calibrated, linear
 from memstream.pipeline.lexical import query_vector
 from memstream.schemas.errors import (
@@ -152,6 +153,7 @@ class RecallService:
         self.failed = 0
         # server time of the latest recalls, for the console's p50/p95 (memstream.console)
         self.latencies_ms: deque[float] = deque(maxlen=512)
+        self.telemetry: WorkerMetrics | None = None  # per-leg histograms (consumers/metrics.py)
 
     async def _dense(
         self, req: RecallRequest, vflt: VectorFilter, n: int, spent: dict[str, float]
@@ -289,6 +291,8 @@ class RecallService:
             self._touch(req.tenant, [h.id for h in hits])
         done = time.perf_counter()
         self.latencies_ms.append((done - started) * 1000)
+        if self.telemetry is not None:
+            self.telemetry.recall_parts(spent)
         return RecallReply(
             hits=hits,
             method=req.method,

@@ -199,6 +199,7 @@ async def serve(settings: Settings, announce: bool, dev_key: bool = False) -> in
         redactor = make_redactor(settings, key)  # before any server starts: a bad policy stops here
         stack = await Stack.open(settings, dim=embedder.dim)
         worker = make_worker(stack, embedder, redactor)
+        worker.dev_redaction_key = settings.redaction_key is None
         await ensure_index(worker)
         await worker.start()
         locked(settings.lock_memory)

@@ -27,6 +27,7 @@ from memstream.consumers import indexing
 from memstream.consumers.cache import RecallCache
 from memstream.consumers.extractors import LlmExtractor
 from memstream.consumers.logs import log
+from memstream.consumers.metrics import WorkerMetrics, category_of
 from memstream.consumers.offload import offload
 from memstream.consumers.outage import Backoff, is_outage
 from memstream.pipeline import dedupe, lifecycle, llm_extract
@@ -91,6 +92,7 @@ class Deps:
     # set when a memory was kept unindexed (the index or Postgres away): the maintenance
     # loop indexes it as soon as the index answers again
     index_behind: asyncio.Event = field(default_factory=asyncio.Event)
+    telemetry: WorkerMetrics | None = None  # Prometheus histograms (consumers/metrics.py)
 
     async def reindex(self, tenant: str, ids: Sequence[str], followers: bool = False) -> None:
         """(Re)build the index points of memories from their Postgres rows (after a store,
@@ -139,12 +141,13 @@ class StageRunner:
         try:
             outputs = await self._attempt(msg)
         except PermanentError as exc:
-            await self._dead_letter(msg, str(exc))
+            await self._dead_letter(msg, str(exc), category_of(exc))
         except TransientError as exc:
             await self._retry(msg, delivered, f"{type(exc).__name__}: {exc}", is_outage(exc))
         except Exception as exc:  # noqa: BLE001 - the stage middleware's one catch-all: retry, then dead-letter
             outage = is_outage(exc)
-            await self._retry(msg, delivered, f"unexpected {type(exc).__name__}", outage)
+            reason = f"unexpected {type(exc).__name__}"
+            await self._retry(msg, delivered, reason, outage, "internal_error")
             if not outage:
                 log.exception("stage.error", stage=self.name, subject=raw.subject)
         else:
@@ -153,7 +156,10 @@ class StageRunner:
             self.metrics.outputs += outputs
             log.debug("stage.done", stage=self.name, subject=raw.subject, outputs=outputs)
         finally:
-            self.metrics.busy_s += time.perf_counter() - started
+            elapsed = time.perf_counter() - started
+            self.metrics.busy_s += elapsed
+            if self.deps.telemetry is not None:
+                self.deps.telemetry.stage_handled(self.name, elapsed)
 
     async def _attempt(self, msg: Any) -> int:
         """The work, tried again every 0.5-2 s while the error is an outage (consumers/outage.py)
@@ -180,10 +186,19 @@ class StageRunner:
                 with contextlib.suppress(Exception):  # NATS itself may be the one away
                     await msg.in_progress()
 
-    async def _retry(self, msg: Any, delivered: int, reason: str, outage: bool = False) -> None:
+    async def _retry(
+        self,
+        msg: Any,
+        delivered: int,
+        reason: str,
+        outage: bool = False,
+        category: str = "retries_exhausted",
+    ) -> None:
         self.metrics.last_error = reason
         if delivered >= self.deps.settings.stage.max_deliver:
-            await self._dead_letter(msg, f"gave up after {delivered} deliveries: {reason}")
+            await self._dead_letter(
+                msg, f"gave up after {delivered} deliveries: {reason}", category
+            )
             return
         if outage:  # past the hold budget: one delivery used, back soon
             delay = Backoff(1.0, 2.0).next()
@@ -196,7 +211,7 @@ class StageRunner:
         )
         await msg.nack(delay=delay)
 
-    async def _dead_letter(self, msg: Any, reason: str) -> None:
+    async def _dead_letter(self, msg: Any, reason: str, category: str = "internal_error") -> None:
         raw = msg.raw_message
         seq = raw.metadata.sequence.stream if raw.metadata else 0
         headers = {
@@ -217,6 +232,8 @@ class StageRunner:
         )
         await msg.reject()  # term: the dead-letter copy is durable now
         self.metrics.dead_lettered += 1
+        if self.deps.telemetry is not None:
+            self.deps.telemetry.dead_lettered(self.name, category)
         self.metrics.last_error = reason[:200]
         log.warning("stage.dead_lettered", stage=self.name, subject=raw.subject, reason=reason)
 

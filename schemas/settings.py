@@ -98,6 +98,8 @@ class Settings(BaseSettings):
     log_level: str = "INFO"
     ops_host: str = "127.0.0.1"
     ops_port: int | None = 9464  # /metrics and /healthz; None disables, 0 picks a free port
+    # how often the ops port reads consumer lag and stream sizes from JetStream for /metrics
+    ops_refresh_s: float = Field(default=5.0, gt=0)
     # The web console (memstream.console): needs an operator token; `memstream dev` makes one
     # when unset, `memstream worker` serves no console without it. None disables the port.
     console_token: SecretStr | None = Field(default=None, min_length=16)

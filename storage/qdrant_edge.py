@@ -112,6 +112,16 @@ _CONFIG_FILE = "edge_config.json"
 _CANONICAL = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\Z").match
 
 
+def stored_dim(path: Path, vector_name: str = "dense") -> int | None:
+    """The dense vector size a shard under ``path`` was created with (read from its config
+    file, without opening the shard, which a running worker holds); None if there is none."""
+    try:
+        config = json.loads((Path(path) / _CONFIG_FILE).read_text())
+        return int(config["vectors"][vector_name]["size"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
 def owner_kind(user: str | None, agent: str | None) -> str:
     if user is not None and agent is not None:
         return "ua"

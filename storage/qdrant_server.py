@@ -437,6 +437,16 @@ class ServerVectorIndex:
         )
         return result.count
 
+    async def stored_dim(self) -> int | None:
+        """The collection's dense vector size; None when the collection does not exist."""
+        name = self.collection
+        if not await self._call("collection_exists", self._client.collection_exists(name)):
+            return None
+        info = await self._call("get_collection", self._client.get_collection(name))
+        vectors = info.config.params.vectors
+        existing = vectors.get(self.vector_name) if isinstance(vectors, dict) else None
+        return None if existing is None else existing.size
+
     async def optimize(self) -> bool:
         """Nothing to do: the server optimizes segments in the background. Always False."""
         return False
