@@ -9,7 +9,7 @@ PACKAGES := $(filter-out tests,$(patsubst %/__init__.py,%,$(wildcard */__init__.
 TYPED    := schemas pipeline producers gateway
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: install run test unit integration lint fmt bench-redaction bench-locomo bench-recall clean
+.PHONY: install run test unit integration lint fmt bench-redaction bench-locomo bench-recall bench-ingest clean
 
 $(STAMP): pyproject.toml setup.py
 	$(PYTHON) -m venv $(VENV)
@@ -55,6 +55,9 @@ bench-locomo: install
 
 bench-recall: install
 	$(BIN)/memstream bench recall --memories 100000
+
+bench-ingest: install
+	$(BIN)/memstream bench ingest
 
 clean:
 	rm -rf $(VENV) .memstream build dist *.egg-info

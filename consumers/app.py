@@ -22,6 +22,7 @@ from pydantic import ValidationError
 
 from memstream.consumers import deletions, indexing, topology
 from memstream.consumers.auth import Authenticator
+from memstream.consumers.batching import BATCH_STAGES, BatchRunner, PullLoops
 from memstream.consumers.busauth import safe_reply
 from memstream.consumers.cache import RecallCache
 from memstream.consumers.commands import CommandService
@@ -55,6 +56,18 @@ def reconnect_forever(closed: Any) -> dict[str, Any]:
     }
 
 
+class _Broker(NatsBroker):
+    """faststream's broker whose ``stop`` also stops the batched stage loops (plain nats-py,
+    consumers/batching.py), so that stopping the broker stops every stage as before."""
+
+    pulls: PullLoops | None = None
+
+    async def stop(self, *args: Any, **kwargs: Any) -> None:
+        if self.pulls is not None:
+            await self.pulls.stop()
+        await super().stop(*args, **kwargs)
+
+
 def _sanitized(exc: ValidationError) -> str:
     """Field paths and messages only: never the input values (they may hold secrets)."""
     return "; ".join(
@@ -70,7 +83,7 @@ class Worker:
     vectors: VectorIndex
     embedder: Embedder
     redactor: Redacts
-    broker: NatsBroker = field(init=False)
+    broker: _Broker = field(init=False)
     deps: Deps = field(init=False)
     recall: RecallService = field(init=False)
     commands: CommandService = field(init=False)
@@ -121,7 +134,7 @@ class Worker:
         self.recall = RecallService(self.pg, self.vectors, self.embedder)
         self.auth = Authenticator(self.pg, api_keys_required(self.settings))
         self.commands = CommandService(self.deps, self.recall, self.auth)
-        self.broker = NatsBroker(
+        self.broker = _Broker(
             self.nats_url,
             ack_policy=AckPolicy.MANUAL,
             logger=None,
@@ -130,8 +143,13 @@ class Worker:
             **broker_options(self.settings),
             **reconnect_forever(self._closed),
         )
+        batched: dict[str, tuple[str, str, BatchRunner]] = {}
         for stage in STAGES:
             stream, ccfg = topo.consumers[stage]
+            if self.settings.stage.batched:
+                runner = BatchRunner(stage, self.deps, BATCH_STAGES[stage])
+                batched[stage] = (stream, ccfg.durable_name or "", runner)
+                continue
             runner = StageRunner(stage, self.deps, STAGE_WORK[stage])
             self.broker.subscriber(
                 ccfg.filter_subject or "",
@@ -153,6 +171,9 @@ class Worker:
             self._whoami_handler()
         )
         await self.broker.start()
+        if batched:
+            self.broker.pulls = PullLoops(js, batched, self.settings.stage.batch_size)
+            await self.broker.pulls.start()
         self._reconciler = asyncio.create_task(self._reconcile_forever())
         log.info(
             "worker.started",

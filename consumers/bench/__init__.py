@@ -12,6 +12,7 @@ BENCHES = {
     "redaction": "memstream.consumers.bench.redaction",
     "locomo": "memstream.consumers.bench.locomo",
     "recall": "memstream.consumers.bench.recall",
+    "ingest": "memstream.consumers.bench.ingest",
 }
 
 
