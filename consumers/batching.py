@@ -267,17 +267,22 @@ async def dedupe_batch(deps: Deps, cands: list[Candidate]) -> int:
             [dated(cands[i].content, cands[i].occurred_at) for i in fresh]
         )
         now = deps.clock().timestamp()
-        try:
-            for i, vector in zip(fresh, vectors, strict=True):
-                c = cands[i]
-                flt = VectorFilter(
-                    tenant=c.owner.tenant,
-                    user=c.owner.user,
-                    agent=c.owner.agent,
-                    types=(c.type,),
+        queries = [
+            (
+                vector,
+                VectorFilter(
+                    tenant=cands[i].owner.tenant,
+                    user=cands[i].owner.user,
+                    agent=cands[i].owner.agent,
+                    types=(cands[i].type,),
                     now=now,
-                )
-                hits = await deps.vectors.search(vector, flt, 3, with_records=True)
+                ),
+            )
+            for i, vector in zip(fresh, vectors, strict=True)
+        ]
+        try:
+            found = await deps.vectors.search_many(queries, 3)
+            for i, hits in zip(fresh, found, strict=True):
                 neighbours[i] = [(mid, s, str(r.get("text", ""))) for mid, s, r in hits]
         except TransientError as exc:  # index down: exact dedupe only; store keeps it unindexed
             log.warning("dedupe.near_check_skipped", reason=type(exc).__name__)
@@ -288,21 +293,24 @@ async def dedupe_batch(deps: Deps, cands: list[Candidate]) -> int:
         await deps.pg.upsert_many(
             [(d.target, d.keyed.content_hash, d.keyed.candidate) for d in exact]
         )
-    merged = list(exact)
+    near = [d for d in decisions if d.action is Action.NEAR_MERGE]
+    near_ok = await deps.pg.merge_many(
+        [
+            (d.keyed.candidate.owner.tenant, d.target, d.keyed.candidate.source_event_id)
+            for d in near
+        ]
+    )
+    # a near-duplicate whose target went since the search (forgotten, expired) is stored anew
+    gone = {id(d) for d, ok in zip(near, near_ok, strict=True) if not ok}
+    merged = exact + [d for d, ok in zip(near, near_ok, strict=True) if ok]
     forward: list[Candidate] = []
     carried = dict(zip(fresh, vectors, strict=True))
     for i, d in enumerate(decisions):
-        c = d.keyed.candidate
-        if i in carried:  # the store stage indexes this vector instead of embedding again
-            c = c.model_copy(update={"vector": carried[i]})
-        if d.action is Action.INSERT:
+        if d.action is Action.INSERT or id(d) in gone:
+            c = d.keyed.candidate
+            if i in carried:  # the store stage indexes this vector instead of embedding again
+                c = c.model_copy(update={"vector": carried[i]})
             forward.append(c)
-        elif d.action is Action.NEAR_MERGE:
-            # the target may have gone since the search (forgotten, expired): store it anew
-            if await deps.pg.merge(c.owner.tenant, d.target, c.source_event_id):
-                merged.append(d)
-            else:
-                forward.append(c)
     if merged:
         await _reindex(deps, [(d.keyed.candidate.owner.tenant, d.target) for d in merged])
         at = deps.clock()

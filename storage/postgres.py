@@ -582,6 +582,39 @@ class PgStore:
                 ],
             )
 
+    async def merge_many(self, merges: Sequence[tuple[str, str, str]]) -> list[bool]:
+        """``merge`` for many (tenant, memory id, source event id), in one transaction, the
+        statements pipelined and run in order: True for each that found its live memory."""
+        if not merges:
+            return []
+        async with self._transaction() as con:
+            rows = await con.fetchmany(
+                "UPDATE memories SET source_event_ids = CASE WHEN $3 = ANY(source_event_ids) "
+                "THEN source_event_ids ELSE source_event_ids || $3::text END, updated_at = $4, "
+                "indexed = false "
+                "WHERE id = $1 AND tenant = $2 AND deleted_at IS NULL RETURNING $5::int AS i",
+                [
+                    (mid, tenant, src, self.clock(), i)
+                    for i, (tenant, mid, src) in enumerate(merges)
+                ],
+            )
+            done = {r["i"] for r in rows}
+            await self._events(
+                con,
+                [
+                    (
+                        tenant,
+                        mid,
+                        "merged",
+                        src,
+                        {"source_event_id": src, "near_duplicate": True},
+                    )
+                    for i, (tenant, mid, src) in enumerate(merges)
+                    if i in done
+                ],
+            )
+        return [i in done for i in range(len(merges))]
+
     async def merge(self, tenant: str, memory_id: str, source_event_id: str) -> bool:
         """Fold a near-duplicate's source event into an existing live memory."""
         async with self._transaction() as con:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import random
 import time
@@ -124,6 +125,8 @@ class Watch:
     events: int = 0
     duplicates: int = 0
     waiters: dict[str, asyncio.Future[float]] = field(default_factory=dict)
+    pending: set[str] = field(default_factory=set)  # what ``all_of`` waits for
+    done: asyncio.Event = field(default_factory=asyncio.Event)
 
     async def on_event(self, msg: Any) -> None:
         now = time.perf_counter()
@@ -136,17 +139,19 @@ class Watch:
             self.duplicates += 1
             return
         self.arrived[source] = now
+        self.pending.discard(source)
+        if not self.pending:
+            self.done.set()
         if (fut := self.waiters.pop(source, None)) is not None and not fut.done():
             fut.set_result(now)
 
     async def all_of(self, ids: list[str], limit_s: float) -> int:
         """Wait until every id arrived or ``limit_s`` passed; returns how many are missing."""
-        deadline = time.perf_counter() + limit_s
-        while time.perf_counter() < deadline:
-            missing = sum(1 for e in ids if e not in self.arrived)
-            if not missing:
-                return 0
-            await asyncio.sleep(0.02)
+        self.pending = {e for e in ids if e not in self.arrived}
+        self.done.clear()
+        if self.pending:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.done.wait(), limit_s)
         return sum(1 for e in ids if e not in self.arrived)
 
 
