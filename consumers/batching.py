@@ -118,8 +118,11 @@ class BatchRunner(StageRunner):
                 try:
                     outputs = await self._attempt_batch(good)
                 except Exception as exc:  # noqa: BLE001 - any failure of the batch: isolate by singles
-                    log.warning(
-                        "stage.batch_split", stage=self.name, size=len(good), reason=repr(exc)[:200]
+                    log.warning(  # the error's type only: a message could quote a value
+                        "stage.batch_split",
+                        stage=self.name,
+                        size=len(good),
+                        reason=type(exc).__name__,
                     )
                     singles = msgs  # all of them, in stream order
                 else:
