@@ -7,7 +7,7 @@ BIN    := $(VENV)/bin
 PACKAGES := $(filter-out tests,$(patsubst %/__init__.py,%,$(wildcard */__init__.py)))
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: install run test unit integration lint fmt bench-redaction bench-locomo bench-recall bench-vector-index bench-faults clean
+.PHONY: install run test unit integration lint fmt bench-redaction bench-locomo bench-recall bench-vector-index bench-faults bench-ingest clean
 
 $(STAMP): pyproject.toml setup.py
 	$(PYTHON) -m venv $(VENV)
@@ -63,6 +63,10 @@ bench-vector-index: install
 ## its own nats-server, PostgreSQL and worker process, killed and restarted during ingest
 bench-faults: install
 	$(BIN)/memstream bench faults --turns 3000
+
+## turns/s end to end, the bare JetStream hop beside it, paced latency and recall
+bench-ingest: install
+	$(BIN)/memstream bench ingest
 
 clean:
 	rm -rf $(VENV) .memstream build dist *.egg-info

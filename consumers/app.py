@@ -23,6 +23,7 @@ from pydantic import ValidationError
 
 from memstream.consumers import deletions, indexing, opsstats, topology
 from memstream.consumers.auth import Authenticator
+from memstream.consumers.batching import BATCH_STAGES, BatchRunner, PullLoops
 from memstream.consumers.busauth import safe_reply
 from memstream.consumers.cache import RecallCache
 from memstream.consumers.commands import CommandService
@@ -64,6 +65,18 @@ async def _connection_error(exc: Exception) -> None:
     log.warning("nats.connection_error", error=type(exc).__name__)
 
 
+class _Broker(NatsBroker):
+    """faststream's broker whose ``stop`` also stops the batched stage loops (plain nats-py,
+    consumers/batching.py), so that stopping the broker stops every stage as before."""
+
+    pulls: PullLoops | None = None
+
+    async def stop(self, *args: Any, **kwargs: Any) -> None:
+        if self.pulls is not None:
+            await self.pulls.stop()
+        await super().stop(*args, **kwargs)
+
+
 @dataclass
 class Worker:
     settings: Settings
@@ -72,7 +85,7 @@ class Worker:
     vectors: VectorIndex
     embedder: Embedder
     redactor: Redacts
-    broker: NatsBroker = field(init=False)
+    broker: _Broker = field(init=False)
     deps: Deps = field(init=False)
     recall: RecallService = field(init=False)
     commands: CommandService = field(init=False)
@@ -137,7 +150,7 @@ class Worker:
         self.recall.telemetry = self.telemetry
         self.auth = Authenticator(self.pg, api_keys_required(self.settings))
         self.commands = CommandService(self.deps, self.recall, self.auth)
-        self.broker = NatsBroker(
+        self.broker = _Broker(
             servers(self.nats_url),
             ack_policy=AckPolicy.MANUAL,
             logger=None,
@@ -146,8 +159,16 @@ class Worker:
             **broker_options(self.settings),
             **reconnect_forever(self._closed),
         )
+        batched: dict[str, tuple[str, str, BatchRunner]] = {}
         for stage in STAGES:
             stream, ccfg = topo.consumers[stage]
+            if self.settings.stage.batched:
+                batched[stage] = (
+                    stream,
+                    ccfg.durable_name or "",
+                    BatchRunner(stage, self.deps, BATCH_STAGES[stage]),
+                )
+                continue
             runner = StageRunner(stage, self.deps, STAGE_WORK[stage])
             self.broker.subscriber(
                 ccfg.filter_subject or "",
@@ -173,6 +194,9 @@ class Worker:
         self._redact_sub = await opsstats.answer_redact(self, self._nc)
         if await self._left_behind():
             self.deps.index_behind.set()  # the first maintenance round at once
+        if batched:
+            self.broker.pulls = PullLoops(js, batched, self.settings.stage.batch_size)
+            await self.broker.pulls.start()
         self._reconciler = asyncio.create_task(self._reconcile_forever())
         log.info(
             "worker.started",

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from datetime import datetime
 from typing import Any
 
@@ -56,10 +57,10 @@ def hit_of(record: Mapping[str, Any], score: float, calibrated: float | None = N
     )
 
 
-def point(m: MemoryRecord, vector: list[float], context: Sequence[str]) -> VectorPoint:
+def point(m: MemoryRecord, vector: Sequence[float], context: Sequence[str]) -> VectorPoint:
     return VectorPoint(
         id=m.id,
-        vector=vector,
+        vector=list(vector),
         tenant=m.tenant,
         user=m.user,
         agent=m.agent,
@@ -81,26 +82,39 @@ async def index(
     vectors: VectorIndex,
     embedder: Embedder,
     memories: Sequence[MemoryRecord],
-    followers: bool = False,
+    followers: bool | AbstractSet[str] = False,
+    known: Mapping[str, Sequence[float]] | None = None,
 ) -> None:
     """Embed and upsert memories (idempotent), then mark them indexed in Postgres.
 
-    ``followers``: also re-index the episodes that come right after each one in its session,
-    whose keyword context includes it (turns can reach the store stage out of order)."""
+    ``followers``: also re-index the episodes that come right after each one (or each one
+    whose id is in the set) in its session, whose keyword context includes it (turns can
+    reach the store stage out of order). ``known``: vectors already computed for the dated
+    content of some memories (by id): only the others are embedded."""
     if not memories:
         return
     if followers:
         seen = {m.id for m in memories}
-        extra: list[MemoryRecord] = []
-        for m in memories:
-            if m.type is MemoryType.EPISODE:
-                for f in await pg.session_followers(m):
-                    if f.id not in seen and f.indexed:
-                        seen.add(f.id)
-                        extra.append(f)
+        episodes = [
+            m
+            for m in memories
+            if m.type is MemoryType.EPISODE and (followers is True or m.id in followers)
+        ]
+        extra = [
+            f for f in await pg.session_followers_many(episodes) if f.id not in seen and f.indexed
+        ]
         memories = [*memories, *extra]
     found = await pg.session_contexts([m for m in memories if m.type is MemoryType.EPISODE])
     contexts = [found.get(str(uuid.UUID(m.id)), []) for m in memories]
-    vecs = embedder.embed([dated(m.content, m.occurred_at) for m in memories])
+    known = known or {}
+    todo = [m for m in memories if m.id not in known]
+    fresh = dict(
+        zip(
+            (m.id for m in todo),
+            embedder.embed([dated(m.content, m.occurred_at) for m in todo]),
+            strict=True,
+        )
+    )
+    vecs = [known[m.id] if m.id in known else fresh[m.id] for m in memories]
     await vectors.upsert([point(m, v, c) for m, v, c in zip(memories, vecs, contexts, strict=True)])
     await pg.mark_indexed([m.id for m in memories])

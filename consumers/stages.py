@@ -73,7 +73,23 @@ class StageMetrics:
     redactions: dict[str, int] = field(default_factory=dict)
     last_error: str | None = None
     busy_s: float = 0.0
+    batches: int = 0  # handler calls: processed / batches is the mean batch size
     held: int = 0  # retries in place during an outage (no delivery used)
+    # wall time with at least one handler of the stage running (busy_s sums handlers that
+    # overlap, so it can exceed the wall clock)
+    active_s: float = 0.0
+    inflight: int = 0
+    _active_since: float = 0.0
+
+    def enter(self) -> None:
+        if self.inflight == 0:
+            self._active_since = time.perf_counter()
+        self.inflight += 1
+
+    def leave(self) -> None:
+        self.inflight -= 1
+        if self.inflight == 0:
+            self.active_s += time.perf_counter() - self._active_since
 
 
 @dataclass
@@ -114,6 +130,22 @@ class Deps:
             f"{event.kind}:{event.memory_id or '-'}:{cause}",
         )
 
+    async def publish_many(self, items: Sequence[tuple[str, BaseModel, str]]) -> None:
+        """``publish`` for many messages, pipelined: all are sent (in order), then every PubAck
+        is awaited together; raises if one did not come (TimeoutError: an outage)."""
+        futures = []
+        try:
+            for subject, model, mid in items:
+                futures.append(
+                    await self.js.publish_async(
+                        subject, model.model_dump_json().encode(), headers={MSG_ID_HEADER: mid}
+                    )
+                )
+            await asyncio.wait_for(asyncio.gather(*futures), 5.0)
+        finally:
+            for f in futures:  # a PubAck that never came must not hold a pending slot
+                f.cancel()
+
     async def publish(self, subject: str, model: BaseModel, msg_id: str) -> None:
         """JetStream publish with ``Nats-Msg-Id``; returns once the PubAck arrived."""
         await self.js.publish(
@@ -134,10 +166,23 @@ class StageRunner:
         self.metrics = deps.metrics.setdefault(name, StageMetrics())
 
     async def __call__(self, msg: Any) -> None:  # faststream NatsMessage
-        raw = msg.raw_message
-        delivered = raw.metadata.num_delivered if raw.metadata else 1
         started = time.perf_counter()
         self.metrics.processed += 1
+        self.metrics.batches += 1
+        self.metrics.enter()
+        try:
+            await self.one(msg)
+        finally:
+            elapsed = time.perf_counter() - started
+            self.metrics.busy_s += elapsed
+            self.metrics.leave()
+            if self.deps.telemetry is not None:
+                self.deps.telemetry.stage_handled(self.name, elapsed)
+
+    async def one(self, msg: Any) -> None:
+        """One message under the contract: ack, hold, retry or dead-letter it."""
+        raw = msg.raw_message
+        delivered = raw.metadata.num_delivered if raw.metadata else 1
         try:
             outputs = await self._attempt(msg)
         except PermanentError as exc:
@@ -155,11 +200,6 @@ class StageRunner:
             self.metrics.acked += 1
             self.metrics.outputs += outputs
             log.debug("stage.done", stage=self.name, subject=raw.subject, outputs=outputs)
-        finally:
-            elapsed = time.perf_counter() - started
-            self.metrics.busy_s += elapsed
-            if self.deps.telemetry is not None:
-                self.deps.telemetry.stage_handled(self.name, elapsed)
 
     async def _attempt(self, msg: Any) -> int:
         """The work, tried again every 0.5-2 s while the error is an outage (consumers/outage.py)

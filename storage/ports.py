@@ -108,6 +108,13 @@ class VectorIndex(Protocol):
         self, vector: Sequence[float], flt: VectorFilter, limit: int, *, with_records: Literal[True]
     ) -> list[RecordHit]: ...
 
+    async def search_many(
+        self, queries: Sequence[tuple[Sequence[float], VectorFilter]], limit: int
+    ) -> list[list[RecordHit]]:
+        """``search(vector, flt, limit, with_records=True)`` for each query, in order, as one
+        batch where the engine has one (the dedupe stage's neighbours of a whole batch)."""
+        ...
+
     @overload
     async def search_sparse(
         self,

@@ -219,6 +219,36 @@ _COLUMNS = (
 )
 
 
+def _upsert_args(memory_id: str, content_hash: str, c: Candidate, now: datetime) -> tuple[Any, ...]:
+    """The parameters of ``PgStore.upsert``'s statement for one candidate."""
+    key = c.metadata.get("fact_key")
+    return (
+        memory_id,
+        c.owner.tenant,
+        c.owner.user,
+        c.owner.agent,
+        c.app,
+        c.project,
+        c.session,
+        c.scope.value,
+        c.type.value,
+        c.content,
+        content_hash,
+        c.salience,
+        c.confidence,
+        c.importance,
+        c.source_event_id,
+        json.dumps(c.metadata),
+        json.dumps(c.redactions),
+        c.occurred_at,
+        c.pinned,
+        c.expires_at,
+        key if isinstance(key, str) else None,
+        now,
+        list(c.tags),
+    )
+
+
 class PgStore:
     """Memories and their audit trail in one Postgres schema."""
 
@@ -325,6 +355,53 @@ class PgStore:
         """One round trip (health checks); raises StorageUnavailable when it fails."""
         await self._fetch("SELECT 1")
 
+    async def existing(self, keys: Sequence[tuple[str, str]]) -> set[tuple[str, str]]:
+        """The (tenant, memory id) pairs among ``keys`` that are live memories: ``exists``
+        for a batch, in one statement."""
+        if not keys:
+            return set()
+        rows = await self._fetch(
+            "SELECT m.tenant, m.id::text AS id FROM memories m JOIN unnest($1::text[], "
+            "$2::uuid[]) AS q(tenant, id) ON m.id = q.id AND m.tenant = q.tenant "
+            "WHERE m.deleted_at IS NULL",
+            [t for t, _ in keys],
+            [uuid.UUID(mid) for _, mid in keys],
+        )
+        return {(r["tenant"], r["id"]) for r in rows}
+
+    async def memory_off_among(
+        self, keys: Sequence[tuple[str, str, str]]
+    ) -> set[tuple[str, str, str]]:
+        """The (tenant, owner key, session) triples among ``keys`` whose memory is off:
+        ``is_memory_off`` for a batch, in one statement."""
+        if not keys:
+            return set()
+        rows = await self._fetch(
+            "SELECT o.tenant, o.owner_key, o.session FROM memory_off o JOIN unnest($1::text[], "
+            "$2::text[], $3::text[]) AS q(tenant, owner_key, session) ON o.tenant = q.tenant "
+            "AND o.owner_key = q.owner_key AND o.session = q.session",
+            [k[0] for k in keys],
+            [k[1] for k in keys],
+            [k[2] for k in keys],
+        )
+        return {(r["tenant"], r["owner_key"], r["session"]) for r in rows}
+
+    async def memories_by_id(self, keys: Sequence[tuple[str, str]]) -> dict[str, MemoryRecord]:
+        """Live memories among (tenant, memory id) pairs of any tenants, in one statement
+        (``get_many`` without an owner filter: the store stage reads back what it wrote)."""
+        if not keys:
+            return {}
+        rows = await self._fetch(
+            f"SELECT {_COLUMNS} FROM memories WHERE (tenant, id) IN "
+            "(SELECT * FROM unnest($1::text[], $2::uuid[])) AND deleted_at IS NULL "
+            "AND superseded_by IS NULL AND (expires_at IS NULL OR pinned OR expires_at > $3) "
+            "AND (valid_to IS NULL OR valid_to > $3) AND (valid_from IS NULL OR valid_from <= $3)",
+            [t for t, _ in keys],
+            [uuid.UUID(mid) for _, mid in keys],
+            self.clock(),
+        )
+        return {str(r["id"]): _record(r) for r in rows}
+
     async def exists(self, tenant: str, memory_id: str) -> bool:
         rows = await self._fetch(
             "SELECT 1 FROM memories WHERE id = $1 AND tenant = $2 AND deleted_at IS NULL",
@@ -339,6 +416,15 @@ class PgStore:
         Returns True when a row was inserted. Replaying the same candidate is a
         no-op: the source event id is already recorded.
         """
+        return (await self.upsert_many([(memory_id, content_hash, c)]))[0]
+
+    async def upsert_many(self, rows: Sequence[tuple[str, str, Candidate]]) -> list[bool]:
+        """``upsert`` for many candidates in one transaction and one round trip per statement
+        kind (the statements are pipelined): True per row that was inserted. Rows run in
+        order, so a memory id listed twice is inserted by the first and merged by the second.
+        """
+        if not rows:
+            return []
         sql = """
         INSERT INTO memories (id, tenant, user_id, agent_id, app, project, session, scope, type,
             content, content_hash, salience, confidence, importance, source_event_ids, metadata,
@@ -356,51 +442,46 @@ class PgStore:
                 THEN memories.indexed ELSE false END  -- the index record lists the sources
         RETURNING (xmax = 0) AS inserted
         """
-        key = c.metadata.get("fact_key")
-        args = (
-            memory_id,
-            c.owner.tenant,
-            c.owner.user,
-            c.owner.agent,
-            c.app,
-            c.project,
-            c.session,
-            c.scope.value,
-            c.type.value,
-            c.content,
-            content_hash,
-            c.salience,
-            c.confidence,
-            c.importance,
-            c.source_event_id,
-            json.dumps(c.metadata),
-            json.dumps(c.redactions),
-            c.occurred_at,
-            c.pinned,
-            c.expires_at,
-            key if isinstance(key, str) else None,
-            self.clock(),
-            list(c.tags),
-        )
+        now = self.clock()
+        args = [_upsert_args(mid, chash, c, now) for mid, chash, c in rows]
         try:
             async with self._transaction() as con:
-                inserted: bool = await con.fetchval(sql, *args)
-                kind = "stored" if inserted else "merged"
-                await self._event(
+                found = await con.fetchmany(sql, args)
+                inserted = [bool(r["inserted"]) for r in found]
+                await self._events(
                     con,
-                    c.owner.tenant,
-                    memory_id,
-                    kind,
-                    c.source_event_id,
-                    {
-                        "source_event_id": c.source_event_id,
-                        "type": c.type.value,
-                        "redactions": c.redactions,
-                    },
+                    [
+                        (
+                            c.owner.tenant,
+                            mid,
+                            "stored" if new else "merged",
+                            c.source_event_id,
+                            {
+                                "source_event_id": c.source_event_id,
+                                "type": c.type.value,
+                                "redactions": c.redactions,
+                            },
+                        )
+                        for (mid, _, c), new in zip(rows, inserted, strict=True)
+                    ],
                 )
         except _TRANSIENT as exc:
             raise StorageUnavailable("postgres did not answer") from exc
         return inserted
+
+    async def _events(
+        self, con: Any, events: Sequence[tuple[str, str | None, str, str, dict[str, Any]]]
+    ) -> None:
+        """``_event`` for many audit rows (tenant, memory id, kind, cause, detail), pipelined."""
+        now = self.clock()
+        await con.executemany(
+            "INSERT INTO memory_events (event_key, tenant, memory_id, kind, at, detail) "
+            "VALUES ($1, $2, $3, $4, $5, $6::jsonb) ON CONFLICT (event_key) DO NOTHING",
+            [
+                (f"{kind}:{mid or '-'}:{cause}", tenant, mid, kind, now, json.dumps(detail))
+                for tenant, mid, kind, cause, detail in events
+            ],
+        )
 
     async def _event(
         self,
@@ -507,6 +588,39 @@ class PgStore:
                 ],
             )
 
+    async def merge_many(self, merges: Sequence[tuple[str, str, str]]) -> list[bool]:
+        """``merge`` for many (tenant, memory id, source event id), in one transaction, the
+        statements pipelined and run in order: True for each that found its live memory."""
+        if not merges:
+            return []
+        async with self._transaction() as con:
+            rows = await con.fetchmany(
+                "UPDATE memories SET source_event_ids = CASE WHEN $3 = ANY(source_event_ids) "
+                "THEN source_event_ids ELSE source_event_ids || $3::text END, updated_at = $4, "
+                "indexed = false "
+                "WHERE id = $1 AND tenant = $2 AND deleted_at IS NULL RETURNING $5::int AS i",
+                [
+                    (mid, tenant, src, self.clock(), i)
+                    for i, (tenant, mid, src) in enumerate(merges)
+                ],
+            )
+            done = {r["i"] for r in rows}
+            await self._events(
+                con,
+                [
+                    (
+                        tenant,
+                        mid,
+                        "merged",
+                        src,
+                        {"source_event_id": src, "near_duplicate": True},
+                    )
+                    for i, (tenant, mid, src) in enumerate(merges)
+                    if i in done
+                ],
+            )
+        return [i in done for i in range(len(merges))]
+
     async def merge(
         self, tenant: str, memory_id: str, source_event_id: str, candidate_id: str | None = None
     ) -> bool:
@@ -599,6 +713,36 @@ class PgStore:
             m.occurred_at,
             m.created_at,
             uuid.UUID(m.id),
+            turns,
+        )
+        return [_record(r) for r in rows]
+
+    async def session_followers_many(
+        self, memories: Sequence[MemoryRecord], turns: int = 2
+    ) -> list[MemoryRecord]:
+        """``session_followers`` of every memory, in one statement (each follower once)."""
+        memories = list({str(uuid.UUID(m.id)): m for m in memories}.values())
+        if not memories:
+            return []
+        cols = ", ".join(f"f.{c.strip()}" for c in _COLUMNS.split(","))
+        rows = await self._fetch(
+            f"SELECT DISTINCT ON (f.id) {cols} FROM unnest($1::text[], $2::text[], "
+            "$3::text[], $4::text[], $5::timestamptz[], $6::timestamptz[], $7::uuid[]) "
+            "AS q(tenant, session, user_id, agent_id, occurred_at, created_at, id) "
+            "CROSS JOIN LATERAL (SELECT * FROM memories m WHERE m.tenant = q.tenant "
+            "AND m.session = q.session AND m.type = 'episode' "
+            "AND m.user_id IS NOT DISTINCT FROM q.user_id "
+            "AND m.agent_id IS NOT DISTINCT FROM q.agent_id "
+            "AND (m.occurred_at, m.created_at, m.id) > (q.occurred_at, q.created_at, q.id) "
+            "AND m.deleted_at IS NULL "
+            "ORDER BY m.occurred_at, m.created_at, m.id LIMIT $8) f ORDER BY f.id",
+            [m.tenant for m in memories],
+            [m.session for m in memories],
+            [m.user for m in memories],
+            [m.agent for m in memories],
+            [m.occurred_at for m in memories],
+            [m.created_at for m in memories],
+            [uuid.UUID(m.id) for m in memories],
             turns,
         )
         return [_record(r) for r in rows]

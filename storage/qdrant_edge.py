@@ -568,6 +568,45 @@ class EdgeVectorIndex:
         )
         return await self._query(request, limit, with_records, flt)
 
+    async def search_many(
+        self, queries: Sequence[tuple[Sequence[float], VectorFilter]], limit: int
+    ) -> list[list[RecordHit]]:
+        """``search(..., with_records=True)`` per query, as one engine batch (one pass over
+        the segments, one thread hop)."""
+        if not queries or limit <= 0:
+            return [[] for _ in queries]
+        requests = []
+        for vector, flt in queries:
+            self._check(vector)
+            requests.append(
+                qe.QueryRequest(
+                    limit=limit,
+                    query=qe.Query.Nearest(list(vector), using=self.vector_name),
+                    filter=edge_filter(flt, self.may_expire(flt.tenant, flt.now)),
+                    params=qe.SearchParams(
+                        hnsw_ef=max(self.hnsw_ef, limit) if self.hnsw_ef else None,
+                        quantization=(
+                            qe.QuantizationSearchParams(rescore=True) if self.quantize else None
+                        ),
+                    ),
+                    with_payload=self._payload_wanted(True),
+                )
+            )
+        batches = await self._read(
+            "query", False, self.shard.query_batch, qe.QueryBatchRequest(requests)
+        )
+        out: list[list[RecordHit]] = []
+        for (_, flt), hits in zip(queries, batches, strict=True):
+            found = []
+            for h in hits:  # the owner is checked exactly here, as in ``_query``
+                p = h.payload or {}
+                if p.get("tenant") == flt.tenant and visible(
+                    flt, p.get("user"), p.get("agent"), str(p.get("scope")), p.get("project")
+                ):
+                    found.append((str(h.id), float(h.score), _record(p)))
+            out.append(found)
+        return out
+
     @overload
     async def search_sparse(
         self,

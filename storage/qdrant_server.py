@@ -347,6 +347,12 @@ class ServerVectorIndex:
             limit=limit,
         )
 
+    async def search_many(
+        self, queries: Sequence[tuple[Sequence[float], VectorFilter]], limit: int
+    ) -> list[list[RecordHit]]:
+        """``search(..., with_records=True)`` per query, in order."""
+        return [await self.search(v, flt, limit, with_records=True) for v, flt in queries]
+
     @overload
     async def search_sparse(
         self,

@@ -13,6 +13,7 @@ BENCHES = {
     "locomo": "memstream.consumers.bench.locomo",
     "recall": "memstream.consumers.bench.recall",
     "faults": "memstream.consumers.bench.faults",
+    "ingest": "memstream.consumers.bench.ingest",
 }
 
 

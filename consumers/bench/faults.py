@@ -34,10 +34,10 @@ from typing import Any
 import asyncpg
 import nats
 
-from memstream.consumers.bench import ingest
+from memstream.consumers.bench import publisher as feed
 from memstream.consumers.bench.conversations import turns
-from memstream.consumers.bench.ingest import EPISODE_EVENTS, Probe, Progress, Publisher
 from memstream.consumers.bench.processes import Services, WorkerProcess
+from memstream.consumers.bench.publisher import EPISODE_EVENTS, Probe, Progress, Publisher
 from memstream.consumers.dlq import dead_letters
 from memstream.consumers.embedded import EmbeddedNats, EmbeddedPostgres
 from memstream.consumers.topology import drained
@@ -174,13 +174,13 @@ async def _ingest(
         }
         for c in clients.values():
             await c.connect()
-        to_publish = ingest.events(clients, turns(args.turns, args.tenants, args.users))
+        to_publish = feed.events(clients, turns(args.turns, args.tenants, args.users))
         progress = Progress()
         # more than a killed worker may hold unacked (a stage pulls 64 at a time): those come
         # back only after the ack deadline, and the publisher must not wait for them
         ahead = args.ahead or max(100, args.turns // 10)
         publisher = Publisher(clients, progress, ahead)
-        monitoring = asyncio.create_task(ingest.monitor(probe, progress, stop))
+        monitoring = asyncio.create_task(feed.monitor(probe, progress, stop))
         publishing = asyncio.create_task(publisher.run(to_publish))
         faults = await _inject_all(
             services, args.faults, progress, args.turns, args.stall_limit_s, t0

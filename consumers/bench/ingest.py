@@ -1,130 +1,422 @@
-"""The ingest side of ``memstream bench faults``: the publisher, and what it reads of progress.
+"""Ingest throughput and latency, end to end: publish turns, wait until each is recallable.
 
-The publisher retries a failed publish with the same event (same ``Nats-Msg-Id``) until its
-PubAck arrives, and stays at most ``ahead`` turns beyond what is stored. Progress is read
-from PostgreSQL on a connection of its own, which rides out PostgreSQL's restart.
+In one run, on one server:
+1. the bare JetStream hop: N messages published (pipelined), then pulled and acked: the
+   ceiling any stage of the pipeline is measured against;
+2. throughput: N turns (a user message of ~300 characters with PII, preferences, decisions
+   or filler, and an assistant reply) over several tenants, owners and sessions, published as
+   fast as PubAcks allow (each session in order); the clock stops when the last turn's
+   episode is announced on ``mem.events`` (``stored``, or ``merged`` for an exact repeat):
+   its Postgres row and index point are written by then, so it is recallable;
+3. latency: turns paced at a fixed rate, publish-to-``stored`` per turn, while one client
+   sends recall requests back to back (a mixed workload).
+Per-stage busy time and batch sizes come from the worker's stage metrics.
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import contextlib
+import json
 import random
 import time
-from collections import Counter
+import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-import asyncpg
+import nats
 
-from memstream.consumers.bench.conversations import Turn
-from memstream.producers.client import MemoryClient, PublishError
-from memstream.schemas.events import TurnEvent
+from memstream.consumers.bench.harness import Bench, bench_stack, percentile, progress
+from memstream.consumers.natsconn import nats_options
+from memstream.producers.client import MemoryClient
+from memstream.schemas.subjects import STAGES
 
-EPISODE_EVENTS = """
-SELECT count(*) AS refs, count(DISTINCT e) AS events
-FROM memories m, unnest(m.source_event_ids) e
-WHERE m.type = 'episode' AND m.deleted_at IS NULL"""
+FIRST = ["Alice", "Bruno", "Chen", "Dara", "Emeka", "Farah", "Goran", "Hana", "Ivo", "Jun"]
+PLACES = ["Lisbon", "Osaka", "Nairobi", "Toronto", "Krakow", "Lima", "Perth", "Tallinn"]
+THINGS = [
+    "the billing service",
+    "our Postgres cluster",
+    "the mobile app",
+    "the data pipeline",
+    "the search page",
+    "the onboarding flow",
+    "the nightly export",
+    "the auth gateway",
+]
+FOODS = ["oat milk", "green tea", "dark roast coffee", "sourdough", "ramen", "falafel"]
+FILLER = [
+    "I have been thinking about this since the meeting on {day}, and I am still not sure.",
+    "The team spent most of {day} looking at dashboards and arguing about the numbers.",
+    "Honestly it has been a long week, the release slipped twice and everyone is tired.",
+    "We should write this down somewhere before we forget the details again next sprint.",
+    "My manager asked for a summary by {day}, so a short answer would help a lot here.",
+    "It is raining in {place} again, which is why I am working from home this week.",
+]
+USER = [
+    "My email is {first}.{n}@example.com and my phone is +1 415 555 {n4}, use those for the "
+    "invoice about {thing}.",
+    "I prefer {food} in the morning and I really dislike meetings before ten, please keep "
+    "that in mind when you plan {thing}.",
+    "We decided to move {thing} to {place} by {day}, and {first} will own the migration plan "
+    "number {n}.",
+    "Remind me to review the pull request {n} for {thing} before {day}, it blocks the release.",
+    "The fix was to raise the connection pool of {thing} to {n} and restart the workers in "
+    "{place}.",
+    "I live in {place} and I work as an engineer at a company that builds {thing}, ticket {n}.",
+    "Can you summarise what happened with {thing} yesterday? I lost track after ticket {n}.",
+    "My card 4111 1111 1111 1111 was charged twice for {thing}, order {n}, can you check?",
+]
+ASSISTANT = [
+    "Noted. I will keep that in mind for {thing} and follow up with {first} on {day}.",
+    "Understood: {thing} in {place}, owner {first}. I added item {n} to the plan.",
+    "Here is a short summary of {thing}: two incidents, one rollback, ticket {n} still open.",
+    "Done. I scheduled a reminder for {day} about {thing} (reference {n}).",
+]
+DAYS = ["Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "the 14th", "next week"]
+QUERIES = [
+    "what did we decide about {thing}?",
+    "what does the user prefer in the morning?",
+    "where does the user live?",
+    "what was the fix for {thing}?",
+    "what do I need to review before {day}?",
+    "contact details for the invoice",
+]
+
+
+def make_text(rng: random.Random, i: int) -> tuple[str, str]:
+    """A user message of ~300 characters and an assistant reply, unique per ``i``."""
+    slots = {
+        "first": rng.choice(FIRST),
+        "place": rng.choice(PLACES),
+        "thing": rng.choice(THINGS),
+        "food": rng.choice(FOODS),
+        "day": rng.choice(DAYS),
+        "n": str(1000 + i),
+        "n4": f"{i % 10000:04d}",
+    }
+    user = rng.choice(USER).format(**slots)
+    while len(user) < 280:
+        user += " " + rng.choice(FILLER).format(**slots)
+    return user, rng.choice(ASSISTANT).format(**slots)
+
+
+@dataclass(frozen=True)
+class Session:
+    tenant: str
+    user: str
+    session: str
+
+
+def sessions(tenants: int, users: int, per_user: int) -> list[Session]:
+    return [
+        Session(f"t{t}", f"u{u}", f"s{s}")
+        for t in range(tenants)
+        for u in range(users)
+        for s in range(per_user)
+    ]
 
 
 @dataclass
-class Progress:
-    """What the monitor last read from Postgres (kept while Postgres is away)."""
+class Watch:
+    """Arrival times of episode events on ``mem.events``, by source event id."""
 
-    events: int = 0  # distinct turns with an episode
-    changed: asyncio.Event = field(default_factory=asyncio.Event)
-    seen_at: float = field(default_factory=time.monotonic)  # when ``events`` last grew
-    history: list[tuple[float, int]] = field(default_factory=list)  # (when, events)
+    arrived: dict[str, float] = field(default_factory=dict)
+    events: int = 0
+    duplicates: int = 0
+    waiters: dict[str, asyncio.Future[float]] = field(default_factory=dict)
+    pending: set[str] = field(default_factory=set)  # what ``all_of`` waits for
+    done: asyncio.Event = field(default_factory=asyncio.Event)
 
-    def next_growth(self, after: float) -> float | None:
-        """Seconds from ``after`` until ``events`` next grew (None: it did not)."""
-        before = max((n for t, n in self.history if t <= after), default=0)
-        return next((t - after for t, n in self.history if t > after and n > before), None)
-
-
-class Probe:
-    """Reads Postgres on its own connection; None while Postgres cannot be reached."""
-
-    def __init__(self, dsn: str) -> None:
-        self.dsn = dsn
-        self.con: Any = None
-
-    async def fetchrow(self, sql: str, *args: Any) -> Any:
-        rows = await self.fetch(sql, *args)
-        return rows[0] if rows else None
-
-    async def fetch(self, sql: str, *args: Any) -> list[Any] | None:
-        try:
-            if self.con is None or self.con.is_closed():
-                self.con = await asyncpg.connect(self.dsn, timeout=2)
-            return list(await self.con.fetch(sql, *args, timeout=10))
-        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError, TimeoutError):
-            if self.con is not None:
-                self.con.terminate()
-            self.con = None
-            return None
-
-    async def close(self) -> None:
-        if self.con is not None:
-            await self.con.close()
-
-
-@dataclass
-class Publisher:
-    """Publishes every turn until its PubAck arrives, never more than ``ahead`` turns beyond
-    what is stored."""
-
-    clients: dict[str, MemoryClient]
-    progress: Progress
-    ahead: int
-    acked: set[str] = field(default_factory=set)
-    retries: int = 0
-    duplicate_acks: int = 0
-    errors: Counter[str] = field(default_factory=Counter)
-    took_s: float = 0.0  # from the first publish to the last PubAck
-
-    async def run(self, events: list[TurnEvent], concurrency: int = 8) -> None:
-        queue = iter(events)
-        started = time.monotonic()
-
-        async def lane() -> None:
-            for event in queue:
-                while len(self.acked) - self.progress.events >= self.ahead:
-                    self.progress.changed.clear()
-                    with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(self.progress.changed.wait(), 1.0)
-                await self._publish(event)
-
-        await asyncio.gather(*(lane() for _ in range(concurrency)))
-        self.took_s = time.monotonic() - started
-
-    async def _publish(self, event: TurnEvent) -> None:
-        pause = 0.2
-        while True:
-            try:
-                result = await self.clients[event.tenant].publish(event)
-            except PublishError as exc:  # NATS away: the same event (and Nats-Msg-Id) again
-                self.retries += 1
-                self.errors[type(exc.__cause__).__name__] += 1
-                await asyncio.sleep(random.uniform(pause / 2, pause))  # jitter, not a secret
-                pause = min(pause * 2, 2.0)
-                continue
-            self.duplicate_acks += result.duplicate
-            self.acked.add(event.event_id)
+    async def on_event(self, msg: Any) -> None:
+        now = time.perf_counter()
+        self.events += 1
+        body = json.loads(msg.data)
+        if body.get("type") != "episode" or body.get("kind") not in ("stored", "merged"):
             return
+        source = body.get("source_event_id") or ""
+        if source in self.arrived:
+            self.duplicates += 1
+            return
+        self.arrived[source] = now
+        self.pending.discard(source)
+        if not self.pending:
+            self.done.set()
+        if (fut := self.waiters.pop(source, None)) is not None and not fut.done():
+            fut.set_result(now)
+
+    async def all_of(self, ids: list[str], limit_s: float) -> int:
+        """Wait until every id arrived or ``limit_s`` passed; returns how many are missing."""
+        self.pending = {e for e in ids if e not in self.arrived}
+        self.done.clear()
+        if self.pending:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.done.wait(), limit_s)
+        return sum(1 for e in ids if e not in self.arrived)
 
 
-def events(clients: dict[str, MemoryClient], plan: list[Turn]) -> list[TurnEvent]:
-    return [clients[t.tenant].make_turn(t.messages, user=t.user, session=t.session) for t in plan]
+async def bare_hop(nc: Any, prefix: str, n: int, size: int) -> dict[str, float]:
+    """Publish ``n`` messages of ``size`` bytes to a fresh file stream (PubAcks awaited in
+    windows of 256), then pull and ack them in batches of 256: msgs/s of the whole hop."""
+    js = nc.jetstream()
+    stream, subject = f"{prefix}_HOP", f"{prefix}.hop.x"
+    await js.add_stream(name=stream, subjects=[f"{prefix}.hop.>"])
+    payload = b"x" * size
+    try:
+        started = time.perf_counter()
+        for lo in range(0, n, 256):
+            await asyncio.gather(
+                *(js.publish(subject, payload) for _ in range(lo, min(n, lo + 256)))
+            )
+        published = time.perf_counter()
+        sub = await js.pull_subscribe(subject, durable=f"{prefix}_hop")
+        got = 0
+        while got < n:
+            msgs = await sub.fetch(256, timeout=5.0)
+            for m in msgs:
+                await m.ack()
+            got += len(msgs)
+        done = time.perf_counter()
+    finally:
+        await js.delete_stream(stream)
+    return {
+        "msgs_per_s": round(n / (done - started), 1),
+        "publish_per_s": round(n / (published - started), 1),
+        "pull_ack_per_s": round(n / (done - published), 1),
+    }
 
 
-async def monitor(probe: Probe, progress: Progress, stop: asyncio.Event) -> None:
-    while not stop.is_set():
-        row = await probe.fetchrow(EPISODE_EVENTS)
-        if row is not None and row["events"] != progress.events:
-            progress.events = int(row["events"])
-            progress.seen_at = time.monotonic()
-            progress.history.append((progress.seen_at, progress.events))
-            progress.changed.set()
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(stop.wait(), 0.2)
+def stage_snapshot(bench: Bench) -> dict[str, tuple[float, int, int]]:
+    m = bench.worker.deps.metrics
+    return {
+        s: (m[s].active_s, m[s].processed, m[s].batches) if s in m else (0.0, 0, 0) for s in STAGES
+    }
+
+
+def stage_report(
+    before: dict[str, tuple[float, int, int]],
+    after: dict[str, tuple[float, int, int]],
+    elapsed: float,
+) -> dict[str, dict[str, float]]:
+    out = {}
+    for s in STAGES:
+        busy = after[s][0] - before[s][0]
+        msgs = after[s][1] - before[s][1]
+        batches = after[s][2] - before[s][2]
+        out[s] = {
+            "busy_s": round(busy, 2),
+            "busy_share": round(busy / elapsed, 3) if elapsed else 0.0,
+            "messages": msgs,
+            "batches": batches,
+            "mean_batch": round(msgs / batches, 1) if batches else 0.0,
+            "ms_per_message": round(1000 * busy / msgs, 3) if msgs else 0.0,
+        }
+    return out
+
+
+async def run(args: argparse.Namespace) -> dict[str, Any]:
+    rng = random.Random(args.seed)
+    async with bench_stack() as bench:
+        nc = await nats.connect(bench.stack.nats_url, **nats_options(bench.stack.settings))
+        watch = Watch()
+        subjects = bench.worker.deps.subjects
+        await nc.subscribe(subjects.events(), cb=watch.on_event, pending_msgs_limit=1_000_000)
+        clients: dict[str, MemoryClient] = {}
+        for t in range(args.tenants):
+            clients[f"t{t}"] = await bench.client(f"t{t}").connect()
+        try:
+            hop = await bare_hop(nc, f"{bench.settings.namespace}hop", args.hop_messages, 600)
+            print(f"  bare JetStream hop: {hop['msgs_per_s']:,.0f} msgs/s", flush=True)
+            pool = sessions(args.tenants, args.users, args.sessions)
+            run_id = uuid.uuid4().hex[:6]
+
+            # --- throughput -------------------------------------------------------------
+            ids = [f"ing-{run_id}-{i}" for i in range(args.turns)]
+            per_session: dict[int, list[int]] = {}
+            for i in range(args.turns):
+                per_session.setdefault(i % len(pool), []).append(i)
+            texts = [make_text(rng, i) for i in range(args.turns)]
+            before = stage_snapshot(bench)
+            started = time.perf_counter()
+            published = 0
+
+            async def publish_session(k: int, turns: list[int]) -> None:
+                nonlocal published
+                sess = pool[k]
+                for i in turns:
+                    user_text, reply = texts[i]
+                    await clients[sess.tenant].publish_turn(
+                        [("user", user_text), ("assistant", reply)],
+                        user=sess.user,
+                        session=sess.session,
+                        event_id=ids[i],
+                    )
+                    published += 1
+                    if published % 1000 == 0 or published == args.turns:
+                        progress("published", published, args.turns, started)
+
+            await asyncio.gather(*(publish_session(k, t) for k, t in per_session.items()))
+            publish_s = time.perf_counter() - started
+            missing = await watch.all_of(ids, args.timeout)
+            last = max((watch.arrived[e] for e in ids if e in watch.arrived), default=started)
+            elapsed = last - started
+            await bench.wait_drained(args.timeout)
+            after = stage_snapshot(bench)
+            turns_per_s = (args.turns - missing) / elapsed if elapsed > 0 else 0.0
+            print(
+                f"  throughput: {args.turns - missing} turns recallable in {elapsed:.1f} s "
+                f"({turns_per_s:,.0f} turns/s)",
+                flush=True,
+            )
+
+            # --- latency at a paced rate, with recall running -----------------------------
+            paced_ids = [f"ing-{run_id}-p{i}" for i in range(args.paced_turns)]
+            paced_texts = [make_text(rng, args.turns + i) for i in range(args.paced_turns)]
+            latencies: list[float] = []
+            recall_ms: list[float] = []
+            recall_errors = 0
+            stop = asyncio.Event()
+
+            async def recall_loop() -> None:
+                nonlocal recall_errors
+                qrng = random.Random(args.seed + 1)
+                while not stop.is_set():
+                    sess = qrng.choice(pool)
+                    query = qrng.choice(QUERIES).format(
+                        thing=qrng.choice(THINGS), day=qrng.choice(DAYS)
+                    )
+                    t0 = time.perf_counter()
+                    try:
+                        await clients[sess.tenant].recall(query, user=sess.user, top_k=10)
+                    except Exception:  # noqa: BLE001 - counted and reported: the bench goes on
+                        recall_errors += 1
+                        continue
+                    recall_ms.append((time.perf_counter() - t0) * 1000)
+
+            async def one(i: int) -> None:
+                sess = pool[i % len(pool)]
+                user_text, reply = paced_texts[i]
+                loop = asyncio.get_running_loop()
+                fut: asyncio.Future[float] = loop.create_future()
+                watch.waiters[paced_ids[i]] = fut
+                t0 = time.perf_counter()
+                await clients[sess.tenant].publish_turn(
+                    [("user", user_text), ("assistant", reply)],
+                    user=sess.user,
+                    session=sess.session,
+                    event_id=paced_ids[i],
+                )
+                try:
+                    arrived = await asyncio.wait_for(fut, args.timeout)
+                except TimeoutError:
+                    return
+                latencies.append((arrived - t0) * 1000)
+
+            recaller = asyncio.create_task(recall_loop())
+            paced_started = time.perf_counter()
+            tasks = []
+            for i in range(args.paced_turns):
+                due = paced_started + i / args.rate
+                if (wait := due - time.perf_counter()) > 0:
+                    await asyncio.sleep(wait)
+                tasks.append(asyncio.create_task(one(i)))
+            paced_publish_s = time.perf_counter() - paced_started
+            await asyncio.gather(*tasks)
+            stop.set()
+            await recaller
+            paced_missing = args.paced_turns - len(latencies)
+        finally:
+            for c in clients.values():
+                await c.close()
+            await nc.close()
+        fanout = {
+            s: bench.worker.deps.metrics[s].outputs
+            for s in STAGES
+            if s in bench.worker.deps.metrics
+        }
+
+    def pcts(xs: list[float], qs: tuple[int, ...]) -> dict[str, float | None]:
+        return {f"p{q}": (round(percentile(xs, q), 2) if xs else None) for q in qs}
+
+    total_turns = args.turns + args.paced_turns
+    return {
+        "turns": args.turns,
+        "tenants": args.tenants,
+        "sessions": len(pool),
+        "bare_hop": hop,
+        "throughput": {
+            "turns_per_s": round(turns_per_s, 1),
+            "seconds": round(elapsed, 2),
+            "publish_per_s": round(args.turns / publish_s, 1),
+            "ratio_to_bare_hop": round(turns_per_s / hop["msgs_per_s"], 4),
+            "missing": missing,
+        },
+        "stages": stage_report(before, after, elapsed),
+        "candidates_per_turn": round(fanout.get("extract", 0) / total_turns, 2),
+        "paced": {
+            "rate": args.rate,
+            "turns": args.paced_turns,
+            "achieved_rate": round(args.paced_turns / paced_publish_s, 1),
+            "latency_ms": pcts(latencies, (50, 95, 99)),
+            "missing": paced_missing,
+        },
+        "recall_during_ingest": {
+            "requests": len(recall_ms),
+            "errors": recall_errors,
+            "latency_ms": pcts(recall_ms, (50, 95, 99)),
+        },
+        "lost": missing + paced_missing,
+        "duplicate_events": watch.duplicates,
+    }
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--turns", type=int, default=5000, help="turns for the throughput run")
+    p.add_argument("--paced-turns", type=int, default=2500, help="turns for the latency run")
+    p.add_argument("--rate", type=float, default=500.0, help="paced publish rate, turns/s")
+    p.add_argument("--tenants", type=int, default=4)
+    p.add_argument("--users", type=int, default=4, help="owners per tenant")
+    p.add_argument("--sessions", type=int, default=4, help="sessions per owner")
+    p.add_argument("--hop-messages", type=int, default=20000, help="messages for the bare hop")
+    p.add_argument("--timeout", type=float, default=600.0, help="seconds to wait for turns")
+    p.add_argument("--seed", type=int, default=7)
+
+
+def main(args: argparse.Namespace) -> int:
+    r = asyncio.run(run(args))
+    t, hop, paced, rec = r["throughput"], r["bare_hop"], r["paced"], r["recall_during_ingest"]
+    print(
+        f"\nIngest, {r['turns']} turns over {r['tenants']} tenants and {r['sessions']} sessions "
+        f"({r['candidates_per_turn']} candidates per turn)"
+    )
+    print(f"{'measure':<40} value")
+    rows = [
+        ("bare JetStream hop (publish, pull+ack)", f"{hop['msgs_per_s']:,.0f} msgs/s"),
+        ("end to end (publish to recallable)", f"{t['turns_per_s']:,.1f} turns/s"),
+        ("ratio to the bare hop", f"{100 * t['ratio_to_bare_hop']:.2f} %"),
+        ("publish rate (PubAcks)", f"{t['publish_per_s']:,.0f} turns/s"),
+        (
+            f"publish-to-recallable at {paced['rate']:.0f}/s",
+            "p50 {p50} / p95 {p95} / p99 {p99} ms".format(**paced["latency_ms"]),
+        ),
+        (
+            "recall during that ingest",
+            "p50 {p50} / p95 {p95} / p99 {p99} ms".format(**rec["latency_ms"])
+            + f" ({rec['requests']} requests, {rec['errors']} errors)",
+        ),
+        ("lost turns / duplicate events", f"{r['lost']} / {r['duplicate_events']}"),
+    ]
+    for name, value in rows:
+        print(f"{name:<40} {value}")
+    print(
+        f"\n{'stage':<10} {'busy s':>8} {'share':>7} {'msgs':>7} {'batches':>8} "
+        f"{'mean':>6} {'ms/msg':>8}"
+    )
+    for s, st in r["stages"].items():
+        print(
+            f"{s:<10} {st['busy_s']:>8.2f} {st['busy_share']:>7.2f} {st['messages']:>7} "
+            f"{st['batches']:>8} {st['mean_batch']:>6.1f} {st['ms_per_message']:>8.3f}"
+        )
+    if args.json:
+        print(json.dumps(r))
+    return 0 if r["lost"] == 0 else 1

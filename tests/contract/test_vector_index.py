@@ -123,6 +123,27 @@ async def test_search_returns_nearest_first(index: VectorIndex) -> None:
     assert hits[1][1] == pytest.approx(1 / (1 + 0.25) ** 0.5, abs=1e-4)
 
 
+async def test_search_many_answers_each_query_as_search_does(index: VectorIndex) -> None:
+    """A batch of searches returns, per query and in order, what ``search`` with records
+    returns for it alone (tenant and owner filters included)."""
+    a, b, theirs = point(axis(0)), point(axis(3)), point(axis(0), tenant="globex")
+    await index.upsert([a, b, theirs])
+    queries = [
+        (axis(0), VectorFilter(tenant="acme")),
+        (axis(3), VectorFilter(tenant="acme", user="ann", agent="bot")),
+        (axis(0), VectorFilter(tenant="acme", user="other")),
+        (axis(0), VectorFilter(tenant="globex")),
+    ]
+    many = await index.search_many(queries, 2)
+    assert len(many) == len(queries)
+    for (vector, flt), got in zip(queries, many, strict=True):
+        alone = await index.search(vector, flt, 2, with_records=True)
+        assert [(i, round(s, 4)) for i, s, _ in got] == [(i, round(s, 4)) for i, s, _ in alone]
+    assert many[0][0][0] == a.id and many[1][0][0] == b.id
+    assert many[2] == [] and [i for i, _, _ in many[3]] == [theirs.id]
+    assert await index.search_many([], 2) == []
+
+
 LEGS: list[Leg] = ["dense", "sparse"]
 legs = pytest.mark.parametrize("leg", LEGS)
 

@@ -117,3 +117,35 @@ def test_recall_bench_measures_over_nats(nats_url: str, database_url: str) -> No
     assert set(parts) == {"embed", "dense", "keyword", "fetch"}
     assert all(0 < p["p50"] <= p["p95"] <= r["latency_ms"]["server_p95"] for p in parts.values())
     assert r["concurrent"]["clients"] == 2
+
+
+def test_ingest_bench_reports_throughput_latency_and_loses_nothing(
+    nats_url: str, database_url: str
+) -> None:
+    """`memstream bench ingest` run small: every turn becomes recallable exactly once, and the
+    report's hop, throughput, stage, latency and recall figures are consistent."""
+    r = bench(
+        "ingest --turns 240 --paced-turns 120 --rate 100 --tenants 2 --users 2 --sessions 2 "
+        "--hop-messages 500 --timeout 120".split(),
+        nats_url,
+        database_url,
+    )
+    assert (r["turns"], r["tenants"], r["sessions"]) == (240, 2, 8)
+    assert r["lost"] == 0 and r["duplicate_events"] == 0
+    assert r["throughput"]["missing"] == 0 and r["paced"]["missing"] == 0
+    hop, t = r["bare_hop"], r["throughput"]
+    assert hop["msgs_per_s"] > 0 and t["turns_per_s"] > 0 and t["seconds"] > 0
+    assert t["ratio_to_bare_hop"] == pytest.approx(t["turns_per_s"] / hop["msgs_per_s"], rel=0.01)
+    # each turn has an episode and most carry typed candidates too (the generator plants them)
+    assert 1.2 <= r["candidates_per_turn"] <= 3.0
+    stages = r["stages"]
+    assert stages["extract"]["messages"] == 240  # the throughput run's turns, each once
+    assert stages["redact"]["messages"] == stages["dedupe"]["messages"] >= 240
+    for s in stages.values():
+        assert s["batches"] >= 1 and 1.0 <= s["mean_batch"] <= 1000
+        assert 0 < s["busy_s"] <= t["seconds"] + 5  # wall time with work in hand
+    lat = r["paced"]["latency_ms"]
+    assert 0 < lat["p50"] <= lat["p95"] <= lat["p99"]
+    rec = r["recall_during_ingest"]
+    assert rec["requests"] > 0 and rec["errors"] == 0
+    assert 0 < rec["latency_ms"]["p50"] <= rec["latency_ms"]["p95"]

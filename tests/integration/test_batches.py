@@ -1,0 +1,97 @@
+"""Stage batches on a real worker: one poison message in a batch is dead-lettered alone on its
+first delivery while the rest of the batch is stored and acked; turns of one session are
+stored in the order they were published."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from memstream.consumers.batching import BATCH_STAGES, BatchRunner
+from memstream.consumers.dlq import dead_letters
+from memstream.schemas.memory import Candidate, Owner
+from memstream.schemas.subjects import DLQ_REASON_HEADER, MSG_ID_HEADER, msg_id
+
+pytestmark = pytest.mark.integration
+
+AT = datetime(2026, 3, 1, tzinfo=UTC)
+WORDS = ["apple", "bridge", "cello", "delta", "ember", "fossil", "garnet", "harbor", "ivy", "jade"]
+
+
+def candidate(i: int, content: str) -> Candidate:
+    return Candidate(
+        candidate_id=f"c{i}",
+        owner=Owner(tenant="acme", user="bo"),
+        session="s1",
+        content=content,
+        source_event_id=f"e{i}",
+        occurred_at=AT + timedelta(seconds=i),
+        redacted=True,
+    )
+
+
+async def test_poison_message_is_isolated_from_its_batch(running) -> None:
+    """Five candidates fetched as one store batch, the second refused by Postgres: the batch
+    call fails, the singles path dead-letters that one on its first delivery with its reason,
+    stores and acks the other four, and retries nothing."""
+    async with running.pg._pool.acquire() as con:  # test setup: a trigger no API would add
+        await con.execute(
+            "CREATE FUNCTION refuse() RETURNS trigger AS $$ BEGIN "
+            "RAISE EXCEPTION 'refused' USING ERRCODE = '22023'; END; $$ LANGUAGE plpgsql; "
+            "CREATE TRIGGER refuse BEFORE INSERT ON memories FOR EACH ROW "
+            "WHEN (NEW.content LIKE '%quux-refuse%') EXECUTE FUNCTION refuse()"
+        )
+    worker = running.worker
+    await worker.broker.pulls.stop()  # the test fetches the store stage's batch itself
+    s, js = worker.deps.subjects, worker.deps.js
+    texts = ["tea at noon", "quux-refuse here", "the deploy is on Friday", "blue vase", "cello"]
+    for i, text in enumerate(texts):
+        c = candidate(i, text)
+        await js.publish(
+            s.stage("store", "acme"),
+            c.model_dump_json().encode(),
+            headers={MSG_ID_HEADER: msg_id("acme", f"store:{c.candidate_id}")},
+        )
+    stream, durable = s.stream("stages"), s.durable("store")
+    sub = await js.pull_subscribe_bind(durable=durable, stream=stream)
+    msgs: list[Any] = []
+    while len(msgs) < 5:
+        msgs += await sub.fetch(5 - len(msgs), timeout=5)
+    assert len(msgs) == 5  # one batch, as the stage loop would have fetched it
+
+    runner = BatchRunner("store", worker.deps, BATCH_STAGES["store"])
+    await runner.batch(msgs)
+
+    dead = await dead_letters(js, s, "store", 5)
+    assert len(dead) == 1
+    reason = dead[0].headers[DLQ_REASON_HEADER]
+    assert "SQLSTATE 22023" in reason and "gave up" not in reason
+    assert await running.pg.count("acme") == 4
+    m = runner.metrics
+    assert (m.batches, m.processed, m.acked, m.dead_lettered, m.retried) == (1, 5, 4, 1, 0)
+    info = await js.consumer_info(stream, durable)
+    assert info.num_ack_pending == 0 and info.num_pending == 0
+
+
+async def test_turns_of_a_session_are_stored_in_publish_order(running) -> None:
+    """Forty turns of one session published back to back reach Postgres in publish order
+    (the audit trail's sequence), whatever batches the stages cut them into."""
+    async with running.client("acme", user="bo") as mem:
+        ids = []
+        for i in range(40):
+            r = await mem.publish_turn(
+                [("user", f"{WORDS[i % 10]} {WORDS[i // 10]} is note {i} of the day")],
+                session="s1",
+                event_id=f"ev-{i:02d}",
+            )
+            assert r is not None
+            ids.append(r.event_id)
+        await running.wait_for(running.drained, 30, "ingestion")
+    stored = [
+        e["detail"]["source_event_id"]
+        for e in await running.pg.events_for("acme")
+        if e["kind"] == "stored" and e["detail"].get("type") == "episode"
+    ]
+    assert stored == ids
