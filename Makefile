@@ -66,7 +66,7 @@ bench-faults: install
 
 ## turns/s end to end, the bare JetStream hop beside it, paced latency and recall
 bench-ingest: install
-	$(BIN)/memstream bench ingest
+	MEMSTREAM_STAGE__BATCHED=true $(BIN)/memstream bench ingest
 
 clean:
 	rm -rf $(VENV) .memstream build dist *.egg-info

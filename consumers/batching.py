@@ -226,6 +226,7 @@ async def _reindex(
         )
     except TransientError as exc:
         log.warning("store.vector_deferred", count=len(keys), reason=str(exc))
+        deps.index_behind.set()  # the maintenance loop indexes them once the index answers
 
 
 async def extract_batch(deps: Deps, events: list[TurnEvent]) -> int:

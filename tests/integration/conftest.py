@@ -58,14 +58,22 @@ class Running:
 
 
 @pytest.fixture
+def stage_batched() -> bool:
+    """Whether the worker's stages take their pull batch as one unit (a module overrides it)."""
+    return False
+
+
+@pytest.fixture
 async def running(
-    nats_url: str, pg: PgStore, namespace: str, tmp_path: Path, embedder
+    nats_url: str, pg: PgStore, namespace: str, tmp_path: Path, embedder, stage_batched: bool
 ) -> AsyncIterator[Running]:
     settings = Settings(
         nats_url=nats_url,
         namespace=namespace,
         state_dir=tmp_path,
-        stage=StageSettings(max_deliver=3, retry_delays_s=[0.2, 0.5], ack_wait_s=10),
+        stage=StageSettings(
+            max_deliver=3, retry_delays_s=[0.2, 0.5], ack_wait_s=10, batched=stage_batched
+        ),
     )
     vectors = make_vector_index(settings)
     await vectors.ensure(embedder.dim)

@@ -32,6 +32,12 @@ def candidate(i: int, content: str) -> Candidate:
     )
 
 
+@pytest.fixture
+def stage_batched() -> bool:
+    """These tests run the worker with batched stages."""
+    return True
+
+
 async def test_poison_message_is_isolated_from_its_batch(running) -> None:
     """Five candidates fetched as one store batch, the second refused by Postgres: the batch
     call fails, the singles path dead-letters that one on its first delivery with its reason,
