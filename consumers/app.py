@@ -33,6 +33,7 @@ from memstream.consumers.metrics import WorkerMetrics
 from memstream.consumers.natsconn import api_keys_required, broker_options, nats_options
 from memstream.consumers.outage import Backoff, is_outage
 from memstream.consumers.recall import RecallService, error_reply
+from memstream.consumers.services import Services
 from memstream.consumers.stages import STAGE_WORK, Deps, StageRunner
 from memstream.pipeline.redact import Redacts
 from memstream.producers.connection import display_url, servers
@@ -42,8 +43,8 @@ from memstream.schemas.memory import MemoryEvent
 from memstream.schemas.recall import RecallRequest
 from memstream.schemas.settings import Settings
 from memstream.schemas.subjects import STAGES, Subjects
+from memstream.storage.pgports import Store
 from memstream.storage.ports import Embedder, VectorIndex
-from memstream.storage.postgres import PgStore
 
 
 def reconnect_forever(closed: Any) -> dict[str, Any]:
@@ -79,12 +80,8 @@ class _Broker(NatsBroker):
 
 @dataclass
 class Worker:
-    settings: Settings
+    services: Services
     nats_url: str
-    pg: PgStore
-    vectors: VectorIndex
-    embedder: Embedder
-    redactor: Redacts
     broker: _Broker = field(init=False)
     deps: Deps = field(init=False)
     recall: RecallService = field(init=False)
@@ -109,6 +106,26 @@ class Worker:
     # client gave up anyway): `memstream worker` then exits non-zero for its supervisor
     lost: asyncio.Event = field(init=False, default_factory=asyncio.Event)
 
+    @property
+    def settings(self) -> Settings:
+        return self.services.settings
+
+    @property
+    def pg(self) -> Store:
+        return self.services.store
+
+    @property
+    def vectors(self) -> VectorIndex:
+        return self.services.vectors
+
+    @property
+    def embedder(self) -> Embedder:
+        return self.services.embedder
+
+    @property
+    def redactor(self) -> Redacts:
+        return self.services.redactor
+
     async def start(self) -> None:
         s = Subjects(self.settings.namespace)
         self._nc = await nats.connect(
@@ -130,14 +147,9 @@ class Worker:
             )
             await cache.start()
         self.deps = Deps(
-            self.settings,
+            self.services,
             s,
             js,
-            self.pg,
-            self.vectors,
-            self.embedder,
-            self.redactor,
-            clock=self.pg.clock,
             cache=cache,
             llm=(
                 LlmExtractor(self.settings.llm, self.redactor)
@@ -146,9 +158,9 @@ class Worker:
             ),
             telemetry=self.telemetry,
         )
-        self.recall = RecallService(self.pg, self.vectors, self.embedder)
+        self.recall = RecallService(self.services)
         self.recall.telemetry = self.telemetry
-        self.auth = Authenticator(self.pg, api_keys_required(self.settings))
+        self.auth = Authenticator(self.services.store, api_keys_required(self.settings))
         self.commands = CommandService(self.deps, self.recall, self.auth)
         self.broker = _Broker(
             servers(self.nats_url),

@@ -17,7 +17,7 @@ import contextlib
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any, TypeVar
 
 from nats.js import JetStreamContext
@@ -30,6 +30,7 @@ from memstream.consumers.logs import log
 from memstream.consumers.metrics import WorkerMetrics, category_of
 from memstream.consumers.offload import offload
 from memstream.consumers.outage import Backoff, is_outage
+from memstream.consumers.services import Services
 from memstream.pipeline import dedupe, lifecycle, llm_extract
 from memstream.pipeline.extract import extract
 from memstream.pipeline.lexical import dated
@@ -48,8 +49,9 @@ from memstream.schemas.subjects import (
     Subjects,
     msg_id,
 )
+from memstream.storage.pgports import StageStore
 from memstream.storage.ports import Embedder, VectorFilter, VectorIndex
-from memstream.storage.postgres import OwnerFilter, PgStore
+from memstream.storage.postgres import OwnerFilter
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -94,21 +96,41 @@ class StageMetrics:
 
 @dataclass
 class Deps:
-    settings: Settings
+    services: Services
     subjects: Subjects
     js: JetStreamContext
-    pg: PgStore
-    vectors: VectorIndex
-    embedder: Embedder
-    redactor: Redacts
     metrics: dict[str, StageMetrics] = field(default_factory=dict)
-    clock: Callable[[], datetime] = field(default=lambda: datetime.now(UTC))
     cache: RecallCache | None = None
     llm: LlmExtractor | None = None  # MEMSTREAM_EXTRACTOR=rules+llm
     # set when a memory was kept unindexed (the index or Postgres away): the maintenance
     # loop indexes it as soon as the index answers again
     index_behind: asyncio.Event = field(default_factory=asyncio.Event)
     telemetry: WorkerMetrics | None = None  # Prometheus histograms (consumers/metrics.py)
+
+    # Read through to the one services object, so that swapping one thing there swaps it here.
+    @property
+    def settings(self) -> Settings:
+        return self.services.settings
+
+    @property
+    def pg(self) -> StageStore:
+        return self.services.store
+
+    @property
+    def vectors(self) -> VectorIndex:
+        return self.services.vectors
+
+    @property
+    def embedder(self) -> Embedder:
+        return self.services.embedder
+
+    @property
+    def redactor(self) -> Redacts:
+        return self.services.redactor
+
+    @property
+    def clock(self) -> Callable[[], datetime]:
+        return self.services.clock
 
     async def reindex(self, tenant: str, ids: Sequence[str], followers: bool = False) -> None:
         """(Re)build the index points of memories from their Postgres rows (after a store,
