@@ -33,18 +33,15 @@ from memstream.consumers.metrics import WorkerMetrics
 from memstream.consumers.natsconn import api_keys_required, broker_options, nats_options
 from memstream.consumers.outage import Backoff, is_outage
 from memstream.consumers.recall import RecallService, error_reply
-from memstream.consumers.services import Services
+from memstream.consumers.services import ReadsServices, Services
 from memstream.consumers.stages import STAGE_WORK, Deps, StageRunner
-from memstream.pipeline.redact import Redacts
 from memstream.producers.connection import display_url, servers
 from memstream.schemas.commands import VERBS
 from memstream.schemas.errors import ErrorCode, MemstreamError, PermanentError, describe
 from memstream.schemas.memory import MemoryEvent
 from memstream.schemas.recall import RecallRequest
-from memstream.schemas.settings import Settings
 from memstream.schemas.subjects import STAGES, Subjects
 from memstream.storage.pgports import Store
-from memstream.storage.ports import Embedder, VectorIndex
 
 
 def reconnect_forever(closed: Any) -> dict[str, Any]:
@@ -79,7 +76,7 @@ class _Broker(NatsBroker):
 
 
 @dataclass
-class Worker:
+class Worker(ReadsServices):
     services: Services
     nats_url: str
     broker: _Broker = field(init=False)
@@ -107,24 +104,8 @@ class Worker:
     lost: asyncio.Event = field(init=False, default_factory=asyncio.Event)
 
     @property
-    def settings(self) -> Settings:
-        return self.services.settings
-
-    @property
     def pg(self) -> Store:
         return self.services.store
-
-    @property
-    def vectors(self) -> VectorIndex:
-        return self.services.vectors
-
-    @property
-    def embedder(self) -> Embedder:
-        return self.services.embedder
-
-    @property
-    def redactor(self) -> Redacts:
-        return self.services.redactor
 
     async def start(self) -> None:
         s = Subjects(self.settings.namespace)

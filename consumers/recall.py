@@ -24,7 +24,7 @@ from typing import Any, TypeVar
 from memstream.consumers.indexing import hit_of, record_of
 from memstream.consumers.logs import log
 from memstream.consumers.metrics import WorkerMetrics
-from memstream.consumers.services import Services
+from memstream.consumers.services import ReadsServices, Services
 from memstream.pipeline.fuse import calibrated, linear
 from memstream.pipeline.lexical import query_vector
 from memstream.schemas.errors import (
@@ -37,8 +37,8 @@ from memstream.schemas.errors import (
 from memstream.schemas.memory import Scope
 from memstream.schemas.recall import Context, Hit, Method, RecallReply, RecallRequest
 from memstream.storage.pgports import MemoryReads
-from memstream.storage.ports import Embedder, VectorFilter, VectorIndex, visible
 from memstream.storage.ports import Hit as ScoredId
+from memstream.storage.ports import VectorFilter, visible
 from memstream.storage.postgres import OwnerFilter
 
 T = TypeVar("T")
@@ -146,7 +146,7 @@ def select(
     return hits, truncated
 
 
-class RecallService:
+class RecallService(ReadsServices):
     def __init__(self, services: Services) -> None:
         self.services = services
         self._touches: dict[str, dict[str, int]] = {}
@@ -160,14 +160,6 @@ class RecallService:
     @property
     def pg(self) -> MemoryReads:
         return self.services.store
-
-    @property
-    def vectors(self) -> VectorIndex:
-        return self.services.vectors
-
-    @property
-    def embedder(self) -> Embedder:
-        return self.services.embedder
 
     async def _dense(
         self, req: RecallRequest, vflt: VectorFilter, n: int, spent: dict[str, float]

@@ -30,3 +30,31 @@ class Services:
     def clock(self) -> Clock:
         """The store's clock: every timestamp a worker writes or compares comes from it."""
         return self.store.clock
+
+
+class ReadsServices:
+    """What holders of the services object read through it (``Worker``, ``Deps``,
+    ``RecallService``): nothing is copied, so swapping a field of ``services`` reaches every
+    holder. Each holder adds the store under the narrow port it uses."""
+
+    services: Services
+
+    @property
+    def settings(self) -> Settings:
+        return self.services.settings
+
+    @property
+    def vectors(self) -> VectorIndex:
+        return self.services.vectors
+
+    @property
+    def embedder(self) -> Embedder:
+        return self.services.embedder
+
+    @property
+    def redactor(self) -> Redacts:
+        return self.services.redactor
+
+    @property
+    def clock(self) -> Clock:
+        return self.services.clock

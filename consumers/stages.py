@@ -30,15 +30,13 @@ from memstream.consumers.logs import log
 from memstream.consumers.metrics import WorkerMetrics, category_of
 from memstream.consumers.offload import offload
 from memstream.consumers.outage import Backoff, is_outage
-from memstream.consumers.services import Services
+from memstream.consumers.services import ReadsServices, Services
 from memstream.pipeline import dedupe, lifecycle, llm_extract
 from memstream.pipeline.extract import extract
 from memstream.pipeline.lexical import dated
-from memstream.pipeline.redact import Redacts
 from memstream.schemas.errors import InvalidMessage, PermanentError, TransientError, describe
 from memstream.schemas.events import TurnEvent
 from memstream.schemas.memory import SHARED_SCOPES, Candidate, MemoryEvent, Owner
-from memstream.schemas.settings import Settings
 from memstream.schemas.subjects import (
     DLQ_BODY_HEADER,
     DLQ_DELIVERIES_HEADER,
@@ -50,7 +48,7 @@ from memstream.schemas.subjects import (
     msg_id,
 )
 from memstream.storage.pgports import StageStore
-from memstream.storage.ports import Embedder, VectorFilter, VectorIndex
+from memstream.storage.ports import VectorFilter
 from memstream.storage.postgres import OwnerFilter
 
 M = TypeVar("M", bound=BaseModel)
@@ -95,7 +93,7 @@ class StageMetrics:
 
 
 @dataclass
-class Deps:
+class Deps(ReadsServices):
     services: Services
     subjects: Subjects
     js: JetStreamContext
@@ -107,30 +105,9 @@ class Deps:
     index_behind: asyncio.Event = field(default_factory=asyncio.Event)
     telemetry: WorkerMetrics | None = None  # Prometheus histograms (consumers/metrics.py)
 
-    # Read through to the one services object, so that swapping one thing there swaps it here.
-    @property
-    def settings(self) -> Settings:
-        return self.services.settings
-
     @property
     def pg(self) -> StageStore:
         return self.services.store
-
-    @property
-    def vectors(self) -> VectorIndex:
-        return self.services.vectors
-
-    @property
-    def embedder(self) -> Embedder:
-        return self.services.embedder
-
-    @property
-    def redactor(self) -> Redacts:
-        return self.services.redactor
-
-    @property
-    def clock(self) -> Callable[[], datetime]:
-        return self.services.clock
 
     async def reindex(self, tenant: str, ids: Sequence[str], followers: bool = False) -> None:
         """(Re)build the index points of memories from their Postgres rows (after a store,
