@@ -14,6 +14,7 @@ import pytest
 
 from memstream.consumers.app import Worker
 from memstream.consumers.run import make_vector_index
+from memstream.consumers.services import Services
 from memstream.consumers.topology import drained
 from memstream.pipeline.redact import Redactor
 from memstream.producers.client import MemoryClient
@@ -78,7 +79,7 @@ async def running(
     )
     vectors = make_vector_index(settings)
     await vectors.ensure(embedder.dim)
-    worker = Worker(settings, nats_url, pg, vectors, embedder, Redactor(key=b"test-key"))
+    worker = Worker(Services(settings, pg, vectors, embedder, Redactor(key=b"test-key")), nats_url)
     await worker.start()
     yield Running(settings, worker, pg, nats_url)
     await worker.stop()

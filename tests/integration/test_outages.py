@@ -17,6 +17,7 @@ from memstream.consumers.app import Worker
 from memstream.consumers.batch_stages import dedupe_batch, store_batch
 from memstream.consumers.embedded import EmbeddedNats, EmbeddedPostgres
 from memstream.consumers.run import make_vector_index
+from memstream.consumers.services import Services
 from memstream.consumers.stages import _redact_candidate, dedupe_work, store_work
 from memstream.consumers.topology import topology
 from memstream.pipeline.extract import extract
@@ -114,7 +115,9 @@ def own_nats(tmp_path: Path) -> Iterator[EmbeddedNats]:
 async def _worker(settings: Settings, pg: PgStore, embedder: Embedder) -> Worker:
     vectors = make_vector_index(settings)
     await vectors.ensure(embedder.dim)
-    worker = Worker(settings, settings.nats_url or "", pg, vectors, embedder, Redactor(key=b"k"))
+    worker = Worker(
+        Services(settings, pg, vectors, embedder, Redactor(key=b"k")), settings.nats_url or ""
+    )
     await worker.start()
     return worker
 
@@ -257,7 +260,7 @@ async def test_memories_kept_unindexed_are_indexed_soon_after_the_index_returns(
     )
     vectors = make_vector_index(settings)
     await vectors.ensure(embedder.dim)
-    worker = Worker(settings, nats_url, pg, vectors, embedder, Redactor(key=b"k"))
+    worker = Worker(Services(settings, pg, vectors, embedder, Redactor(key=b"k")), nats_url)
     await worker.start()
     flt = OwnerFilter(tenant="acme", user="kim")
     try:
