@@ -34,7 +34,6 @@ from memstream.gateway import filters as flt
 from memstream.gateway.errors import (
     ApiError,
     error_response,
-    field_errors,
     from_service,
     unauthorized,
 )
@@ -42,6 +41,7 @@ from memstream.gateway.identity import KeyResolver
 from memstream.gateway.models import has_nul
 from memstream.producers.client import MemoryClient, MemoryClientError
 from memstream.producers.progress import wait_processed
+from memstream.schemas.errors import describe
 from memstream.schemas.memory import MemoryRecord, MemoryType
 from memstream.schemas.recall import Hit
 
@@ -149,7 +149,7 @@ def build_server(resolve: Resolve, flush_timeout_s: float = 30.0) -> MCPServer:
         except MemoryClientError as exc:
             raise _tool_error(exc) from None
         except ValidationError as exc:  # the turn's own rules (no values in the message)
-            raise ToolError(f"validation_error: {field_errors(exc.errors())}") from None
+            raise ToolError(f"validation_error: {describe(exc)}") from None
 
     @server.tool(
         description=(
