@@ -194,8 +194,8 @@ class RecallService(ReadsServices):
     ) -> tuple[list[Hit], bool]:
         """``select`` over the best ids, their records read from the index in pages (legs
         search without payloads, which is several times faster): first ``top_k`` plus a small
-        margin, more only while the collapse leaves ``top_k`` unfilled (a fetch of 20 records
-        costs ~1 ms at 100k points, of 12 ~0.6 ms). A record the filter may not read is
+        margin, more only while the collapse leaves ``top_k`` unfilled (a fetch's cost grows
+        with the records it reads). A record the filter may not read is
         dropped (the index's own check, ``visible``; ``fetch`` checks the tenant)."""
 
         def owned(record: Mapping[str, Any]) -> bool:
@@ -246,8 +246,8 @@ class RecallService(ReadsServices):
         if req.method in (Method.KEYWORD, Method.HYBRID):
             legs["keyword"] = self._keyword(req, vflt, n, spent)
         if self.vectors.searches_inline:
-            # the legs run on the event loop anyway: one after the other saves the two tasks
-            # of a gather (~25-45 µs measured); searches in threads still run side by side
+            # the legs run on the event loop anyway: one after the other saves creating the two
+            # tasks of a gather; searches in threads still run side by side
             results = {name: await settled(leg) for name, leg in legs.items()}
         else:
             gathered = await asyncio.gather(*legs.values(), return_exceptions=True)
