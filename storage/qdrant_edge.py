@@ -230,6 +230,19 @@ def _record(payload: dict[str, Any] | None) -> Record:
     return record if isinstance(record, dict) else {}
 
 
+def _owned(hits: Sequence[qe.ScoredPoint], flt: VectorFilter) -> list[RecordHit]:
+    """The hits ``flt``'s owner may read, with their records: the payloads are read anyway,
+    so the owner is checked exactly here, not only by the engine's keyword filter."""
+    out = []
+    for h in hits:
+        p = h.payload or {}
+        if p.get("tenant") == flt.tenant and visible(
+            flt, p.get("user"), p.get("agent"), str(p.get("scope")), p.get("project")
+        ):
+            out.append((str(h.id), float(h.score), _record(p)))
+    return out
+
+
 def _engine_error(exc: Exception, action: str, path: Path) -> MemstreamError:
     text = str(exc)
     error: MemstreamError
@@ -516,16 +529,24 @@ class EdgeVectorIndex:
     ) -> list[Hit] | list[RecordHit]:
         inline = limit <= self.direct_search_max and self.searches_inline
         hits = await self._read("query", inline, self.shard.query, request)
-        if with_records:  # the payloads are read anyway: the owner is checked exactly here
-            out = []
-            for h in hits:
-                p = h.payload or {}
-                if p.get("tenant") == flt.tenant and visible(
-                    flt, p.get("user"), p.get("agent"), str(p.get("scope")), p.get("project")
-                ):
-                    out.append((str(h.id), float(h.score), _record(p)))
-            return out
+        if with_records:
+            return _owned(hits, flt)
         return [(str(h.id), float(h.score)) for h in hits]
+
+    def _dense_request(
+        self, vector: Sequence[float], flt: VectorFilter, limit: int, with_records: bool
+    ) -> qe.QueryRequest:
+        self._check(vector)
+        return qe.QueryRequest(
+            limit=limit,
+            query=qe.Query.Nearest(list(vector), using=self.vector_name),
+            filter=edge_filter(flt, self.may_expire(flt.tenant, flt.now)),
+            params=qe.SearchParams(
+                hnsw_ef=max(self.hnsw_ef, limit) if self.hnsw_ef else None,
+                quantization=qe.QuantizationSearchParams(rescore=True) if self.quantize else None,
+            ),
+            with_payload=self._payload_wanted(with_records),
+        )
 
     @staticmethod
     def _payload_wanted(with_records: bool) -> qe.PayloadSelector | bool:
@@ -551,19 +572,10 @@ class EdgeVectorIndex:
     ) -> list[Hit] | list[RecordHit]:
         """(memory id, cosine similarity) best first, only points matching ``flt``; with
         ``with_records=True`` each hit also carries the point's record."""
-        self._check(vector)
         if limit <= 0:
+            self._check(vector)
             return []
-        request = qe.QueryRequest(
-            limit=limit,
-            query=qe.Query.Nearest(list(vector), using=self.vector_name),
-            filter=edge_filter(flt, self.may_expire(flt.tenant, flt.now)),
-            params=qe.SearchParams(
-                hnsw_ef=max(self.hnsw_ef, limit) if self.hnsw_ef else None,
-                quantization=qe.QuantizationSearchParams(rescore=True) if self.quantize else None,
-            ),
-            with_payload=self._payload_wanted(with_records),
-        )
+        request = self._dense_request(vector, flt, limit, with_records)
         return await self._query(request, limit, with_records, flt)
 
     async def search_many(
@@ -573,37 +585,11 @@ class EdgeVectorIndex:
         the segments, one thread hop)."""
         if not queries or limit <= 0:
             return [[] for _ in queries]
-        requests = []
-        for vector, flt in queries:
-            self._check(vector)
-            requests.append(
-                qe.QueryRequest(
-                    limit=limit,
-                    query=qe.Query.Nearest(list(vector), using=self.vector_name),
-                    filter=edge_filter(flt, self.may_expire(flt.tenant, flt.now)),
-                    params=qe.SearchParams(
-                        hnsw_ef=max(self.hnsw_ef, limit) if self.hnsw_ef else None,
-                        quantization=(
-                            qe.QuantizationSearchParams(rescore=True) if self.quantize else None
-                        ),
-                    ),
-                    with_payload=self._payload_wanted(True),
-                )
-            )
+        requests = [self._dense_request(v, flt, limit, True) for v, flt in queries]
         batches = await self._read(
             "query", False, self.shard.query_batch, qe.QueryBatchRequest(requests)
         )
-        out: list[list[RecordHit]] = []
-        for (_, flt), hits in zip(queries, batches, strict=True):
-            found = []
-            for h in hits:  # the owner is checked exactly here, as in ``_query``
-                p = h.payload or {}
-                if p.get("tenant") == flt.tenant and visible(
-                    flt, p.get("user"), p.get("agent"), str(p.get("scope")), p.get("project")
-                ):
-                    found.append((str(h.id), float(h.score), _record(p)))
-            out.append(found)
-        return out
+        return [_owned(hits, flt) for (_, flt), hits in zip(queries, batches, strict=True)]
 
     @overload
     async def search_sparse(

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import nats
 import pytest
+from workers import start_worker
 
 from memstream.consumers.app import Worker
 from memstream.consumers.batch_stages import dedupe_batch, store_batch
@@ -112,16 +113,6 @@ def own_nats(tmp_path: Path) -> Iterator[EmbeddedNats]:
     server.stop()
 
 
-async def _worker(settings: Settings, pg: PgStore, embedder: Embedder) -> Worker:
-    vectors = make_vector_index(settings)
-    await vectors.ensure(embedder.dim)
-    worker = Worker(
-        Services(settings, pg, vectors, embedder, Redactor(key=b"k")), settings.nats_url or ""
-    )
-    await worker.start()
-    return worker
-
-
 async def _until(predicate: Callable[[], Awaitable[bool]], seconds: float, what: str) -> float:
     """Wait for ``predicate``; returns the seconds it took."""
     started = time.monotonic()
@@ -163,7 +154,7 @@ async def test_nats_restart_does_not_wedge_ingest(
         state_dir=tmp_path / "state",
         stage=StageSettings(max_deliver=3, ack_wait_s=10),
     )
-    worker = await _worker(settings, pg, embedder)
+    worker = await start_worker(settings, pg, embedder)
     flt = OwnerFilter(tenant="acme")
     try:
         async with MemoryClient("acme", user="lee", nats_url=own_nats.url) as mem:
@@ -215,7 +206,7 @@ async def test_postgres_outage_is_retried_in_place_without_using_deliveries(
         state_dir=tmp_path / "state",
         stage=StageSettings(max_deliver=2, ack_wait_s=5, retry_delays_s=[60.0], batched=batched),
     )
-    worker = await _worker(settings, store, embedder)
+    worker = await start_worker(settings, store, embedder)
     try:
         await asyncio.to_thread(own_postgres.halt, "kill")
         async with MemoryClient("acme", user="mo", nats_url=nats_url, namespace=namespace) as mem:
@@ -311,7 +302,7 @@ async def test_a_redelivered_near_duplicate_is_not_stored_twice(
         fault_vector_offline_file=flag,
         stage=StageSettings(batched=batched),
     )
-    worker = await _worker(settings, pg, embedder)
+    worker = await start_worker(settings, pg, embedder)
     flt = OwnerFilter(tenant="acme", user="ola")
     try:
         async with MemoryClient("acme", user="ola", nats_url=nats_url, namespace=namespace) as mem:
@@ -375,7 +366,7 @@ async def test_a_worker_indexes_what_an_earlier_process_left_unindexed(
     settings = Settings(
         nats_url=nats_url, namespace=namespace, state_dir=tmp_path / "state", sweep_every_s=30.0
     )
-    worker = await _worker(settings, pg, embedder)
+    worker = await start_worker(settings, pg, embedder)
     try:
         took = await _until(lambda: _all_indexed(pg, flt), 20, "the memory to be indexed")
         assert took < 10, f"indexed {took:.0f} s after the start"

@@ -10,29 +10,16 @@ from pathlib import Path
 import nats
 import pytest
 from nats.aio.client import Client as NATS
+from workers import start_worker
 
-from memstream.consumers.app import Worker
 from memstream.consumers.embedded import EmbeddedNats
 from memstream.consumers.ops import serve_http
-from memstream.consumers.run import make_vector_index
-from memstream.consumers.services import Services
-from memstream.pipeline.redact import Redactor
 from memstream.schemas.recall import RecallRequest
 from memstream.schemas.settings import Settings
 from memstream.storage.ports import Embedder
 from memstream.storage.postgres import PgStore
 
 pytestmark = pytest.mark.integration
-
-
-async def _worker(settings: Settings, pg: PgStore, embedder: Embedder) -> Worker:
-    vectors = make_vector_index(settings)
-    await vectors.ensure(embedder.dim)
-    worker = Worker(
-        Services(settings, pg, vectors, embedder, Redactor(key=b"k")), settings.nats_url or ""
-    )
-    await worker.start()
-    return worker
 
 
 async def test_maintenance_loop_survives_unexpected_errors(running) -> None:
@@ -94,7 +81,7 @@ async def test_closed_nats_connection_marks_the_worker_lost(
     worker` exit non-zero for its supervisor."""
     server = EmbeddedNats.start(tmp_path / "nats")
     settings = Settings(nats_url=server.url, namespace="mem", state_dir=tmp_path / "state")
-    worker = await _worker(settings, pg, embedder)
+    worker = await start_worker(settings, pg, embedder)
     try:
         assert worker._nc.options["max_reconnect_attempts"] == -1
         broker_nc = worker.broker.config.connection_state.connection
@@ -138,7 +125,7 @@ async def test_healthz_names_every_server_it_cannot_reach(
         fault_vector_offline_file=flag,
     )
     pg = await PgStore.connect(database_url, schema="healthz")
-    worker = await _worker(settings, pg, embedder)
+    worker = await start_worker(settings, pg, embedder)
     ops = await serve_http(worker, "127.0.0.1", 0)
     port = ops.sockets[0].getsockname()[1]
     try:
