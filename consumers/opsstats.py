@@ -18,6 +18,7 @@ from typing import Any
 
 from memstream.consumers.busauth import safe_reply
 from memstream.consumers.logs import log
+from memstream.consumers.roles import holds_index
 
 PROBE_TIMEOUT_S = 1.0
 
@@ -39,11 +40,19 @@ async def snapshot(worker: Any) -> dict[str, Any]:
         for name, m in worker.deps.metrics.items()
     }
     cache = worker.deps.cache
-    postgres, index = await asyncio.gather(
-        _probe(worker.pg.count()), _probe(worker.vectors.count())
-    )
+    health: dict[str, Any] = {
+        "nats": {"ok": bool(worker.broker.config.connection_state.connection.is_connected)}
+    }
+    # the index only where this process's roles use it (an extract/redact process never
+    # opens it): readers take the index's count from a worker that reports it
+    probes = {"postgres": worker.pg.count()}
+    if holds_index(worker.settings.stages):
+        probes["index"] = worker.vectors.count()
+    found = await asyncio.gather(*(_probe(p) for p in probes.values()))
+    health.update(zip(probes, found, strict=True))
     return {
         "worker": f"{socket.gethostname()}:{os.getpid()}",
+        "roles": list(worker.settings.stages),
         "stages": stages,
         "redactions": dict(worker.deps.metrics["redact"].redactions)
         if "redact" in worker.deps.metrics
@@ -55,11 +64,7 @@ async def snapshot(worker: Any) -> dict[str, Any]:
         },
         "cache": None if cache is None else {"hits": cache.hits, "misses": cache.misses},
         "dev_redaction_key": bool(getattr(worker, "dev_redaction_key", False)),
-        "health": {
-            "nats": {"ok": bool(worker.broker.config.connection_state.connection.is_connected)},
-            "postgres": postgres,
-            "index": index,
-        },
+        "health": health,
     }
 
 
