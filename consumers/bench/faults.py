@@ -18,7 +18,8 @@ event id (``Nats-Msg-Id``), so a turn whose PubAck was lost is stored once.
 Targets: no turn lost or duplicated, the index holding exactly the memories Postgres holds,
 no dead letter, everything processed within 60 s of the end of the last fault, and every
 extra process acked extract and redact messages. The exit code is 1 when a target is missed.
-The workers take the stage settings of the environment (MEMSTREAM_STAGE__BATCHED).
+The workers take the stage settings of the environment (MEMSTREAM_STAGE__*: batches on or off,
+the ack deadline ...).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import argparse
 import asyncio
 import contextlib
 import json
+import os
 import secrets
 import sys
 import tempfile
@@ -127,7 +129,8 @@ async def _ingest(
         "MEMSTREAM_LOG_LEVEL": "INFO",  # the maintenance rounds (reconcile.indexed ...)
         # one key for every process: a turn redacted again elsewhere must read the same
         "MEMSTREAM_REDACTION_KEY": secrets.token_hex(32),
-        "MEMSTREAM_STAGE__BATCHED": str(Settings().stage.batched).lower(),
+        # the stage settings under test (MEMSTREAM_STAGE__BATCHED ...), as this process has them
+        **{k: v for k, v in os.environ.items() if k.startswith("MEMSTREAM_STAGE__")},
     }
     worker = WorkerProcess(
         {**env, "MEMSTREAM_FAULT_VECTOR_OFFLINE_FILE": str(flag)},
