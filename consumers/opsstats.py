@@ -9,12 +9,16 @@ an exception message or a memory's content.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import socket
-from collections.abc import Awaitable
+import time
+from collections.abc import Awaitable, Callable
 from dataclasses import asdict
 from typing import Any
+
+import nats
 
 from memstream.consumers.busauth import safe_reply
 from memstream.consumers.logs import log
@@ -113,3 +117,31 @@ async def answer_redact(worker: Any, nc: Any) -> Any:
 
     s = worker.deps.subjects
     return await nc.subscribe(s.ops("redact"), queue=s.queue_group, cb=reply)
+
+
+async def answers(
+    nc: Any,
+    subject: str,
+    wait_s: float,
+    enough: Callable[[dict[str, Any]], bool] | None = None,
+) -> list[dict[str, Any]]:
+    """Every answer to one request on ``subject`` (no queue group: each worker answers) that
+    arrives within ``wait_s``; or those until the first that is ``enough``."""
+    inbox = nc.new_inbox()
+    sub = await nc.subscribe(inbox)
+    found: list[dict[str, Any]] = []
+    try:
+        await nc.publish(subject, b"", reply=inbox)
+        deadline = time.monotonic() + wait_s
+        while (left := deadline - time.monotonic()) > 0:
+            try:
+                msg = await sub.next_msg(timeout=left)
+            except nats.errors.TimeoutError:
+                break
+            with contextlib.suppress(ValueError):
+                found.append(json.loads(msg.data))
+                if enough is not None and enough(found[-1]):
+                    break
+    finally:
+        await sub.unsubscribe()
+    return found

@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import time
 from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
@@ -19,6 +18,7 @@ import asyncpg
 import nats
 
 from memstream.consumers.bench.processes import WorkerProcess
+from memstream.consumers.opsstats import answers
 from memstream.schemas.settings import Settings
 from memstream.schemas.subjects import Subjects
 from memstream.storage.embedding import make_embedder
@@ -34,26 +34,6 @@ def extras(env: dict[str, str], base: Path, n: int) -> list[WorkerProcess]:
         WorkerProcess(env, base / f"extra-{i}", base / f"extra-{i}.log", ["--stages", EXTRA_STAGES])
         for i in range(n)
     ]
-
-
-async def answers(nc: Any, subject: str, wait_s: float) -> list[dict[str, Any]]:
-    """Every answer to one request on ``subject`` that arrives within ``wait_s``."""
-    inbox = nc.new_inbox()
-    sub = await nc.subscribe(inbox)
-    found: list[dict[str, Any]] = []
-    try:
-        await nc.publish(subject, b"", reply=inbox)
-        deadline = time.monotonic() + wait_s
-        while (left := deadline - time.monotonic()) > 0:
-            try:
-                msg = await sub.next_msg(timeout=left)
-            except nats.errors.TimeoutError:
-                break
-            with contextlib.suppress(ValueError):
-                found.append(json.loads(msg.data))
-    finally:
-        await sub.unsubscribe()
-    return found
 
 
 class StatsWatch:

@@ -16,8 +16,8 @@ from pathlib import Path
 import nats
 import pytest
 
-from memstream.consumers.bench.fleet import answers
 from memstream.consumers.bench.processes import WorkerProcess
+from memstream.consumers.opsstats import answers
 from memstream.producers.client import MemoryClient
 from memstream.schemas.errors import ConfigurationError
 from memstream.schemas.settings import Settings
