@@ -213,7 +213,7 @@ class ConsoleBackend:
                 health.append((f"{dep} ({name})", ok, str(detail)))
         first = workers[0] if workers else {}
         # the index's count from a worker whose roles open it (an extract/redact one does not)
-        owner = next((w for w in workers if "index" in (w.get("health") or {})), {})
+        owner: dict[str, Any] = next((w for w in workers if "index" in (w.get("health") or {})), {})
         redactions: dict[str, int] = {}
         for w in workers:
             for label, n in (w.get("redactions") or {}).items():

@@ -4,13 +4,23 @@ are refused before anything starts."""
 from __future__ import annotations
 
 import pytest
-from pydantic import SecretStr, ValidationError
+from pydantic import ValidationError
 
 from memstream.consumers import roles
 from memstream.schemas.errors import ConfigurationError
 from memstream.schemas.settings import ROLES, Settings
 
-JOINED = {"nats_url": "nats://127.0.0.1:4222", "database_url": SecretStr("postgresql://x@h/db")}
+
+def joined(stages: tuple[str, ...], qdrant_url: str | None = None) -> Settings:
+    """Settings of a process that joins a running stack (NATS and Postgres configured)."""
+    return Settings.model_validate(
+        {
+            "stages": stages,
+            "nats_url": "nats://127.0.0.1:4222",
+            "database_url": "postgresql://x@h/db",
+            "qdrant_url": qdrant_url,
+        }
+    )
 
 
 def test_parse_returns_roles_in_pipeline_order_once() -> None:
@@ -49,7 +59,7 @@ def test_every_role_needs_no_configured_servers() -> None:
 def test_a_subset_must_join_a_running_stack() -> None:
     """A subset without NATS and Postgres URLs would start a stack of its own: refused."""
     with pytest.raises(ConfigurationError, match="MEMSTREAM_NATS_URL and MEMSTREAM_DATABASE_URL"):
-        roles.check(Settings(stages=("extract", "redact")))
+        roles.check(Settings.model_validate({"stages": ("extract", "redact")}))
 
 
 @pytest.mark.parametrize(
@@ -57,7 +67,7 @@ def test_a_subset_must_join_a_running_stack() -> None:
 )
 def test_edge_allows_extra_processes_and_the_shard_owner(stages: tuple[str, ...]) -> None:
     """With Qdrant Edge, extract/redact alone or all three shard roles together are allowed."""
-    roles.check(Settings(stages=stages, **JOINED))
+    roles.check(joined(stages))
 
 
 @pytest.mark.parametrize(
@@ -72,7 +82,7 @@ def test_edge_refuses_a_split_of_the_shard_roles(stages: tuple[str, ...], missin
     """With Qdrant Edge, a process with some of dedupe/store/recall but not all is refused,
     naming what it leaves out and the two ways out."""
     with pytest.raises(ConfigurationError) as caught:
-        roles.check(Settings(stages=stages, **JOINED))
+        roles.check(joined(stages))
     said = str(caught.value)
     assert f"leave out {missing}" in said
     assert "--stages extract,redact" in said and "MEMSTREAM_QDRANT_URL" in said
@@ -81,7 +91,7 @@ def test_edge_refuses_a_split_of_the_shard_roles(stages: tuple[str, ...], missin
 def test_a_qdrant_server_lets_any_role_run_anywhere() -> None:
     """With a Qdrant server, a process may take any one role, store or recall alone included."""
     for role in ROLES:
-        roles.check(Settings(stages=(role,), qdrant_url="http://qdrant:6333", **JOINED))
+        roles.check(joined((role,), "http://qdrant:6333"))
 
 
 def test_holds_index_only_for_roles_that_use_it() -> None:
