@@ -8,9 +8,11 @@ import asyncio
 import contextlib
 import json
 import os
+import socket
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 
 import nats
@@ -30,12 +32,28 @@ pytestmark = pytest.mark.integration
 MEMSTREAM = str(Path(sys.executable).parent / "memstream")
 
 
-def _worker(tmp_path: Path, nats_url: str, database_url: str, namespace: str, *args: str):
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def _status(url: str) -> int:
+    with urllib.request.urlopen(url, timeout=5) as reply:
+        status: int = reply.status
+        return status
+
+
+def _worker(
+    tmp_path: Path, nats_url: str, database_url: str, namespace: str, *args: str, ops_port: int = 0
+):
     env = {
         "MEMSTREAM_NATS_URL": nats_url,
         "MEMSTREAM_DATABASE_URL": database_url,
         "MEMSTREAM_NAMESPACE": namespace,
         "MEMSTREAM_CONSOLE_PORT": "0",
+        "MEMSTREAM_OPS_PORT": str(ops_port),
     }
     return WorkerProcess(env, tmp_path / "state", tmp_path / "worker.log", args)
 
@@ -51,20 +69,25 @@ async def test_a_subset_runs_only_its_roles_and_never_opens_the_shard(
     tmp_path: Path, nats_url: str, database_url: str, namespace: str
 ) -> None:
     """With the Qdrant Edge shard held by another process, `--stages extract,redact` still
-    starts (it never opens the shard), answers ops.stats with only its roles and no index,
-    runs no recall responder, and hands a published turn on to dedupe without consuming it;
-    a process with every role on that shard exits 2 saying the shard is open elsewhere."""
+    starts (it never opens the shard), is healthy without the index, answers ops.stats with
+    only its roles and no index, runs no recall responder, and hands a published turn on to
+    dedupe without consuming it; a process with every role on that shard exits 2 saying the
+    shard is open elsewhere."""
     dim = make_embedder(None, None).dim
     shard = EdgeVectorIndex(tmp_path / "state" / "qdrant" / Settings().collection)
     await shard.ensure(dim)  # held, as the owner process would hold it
-    extra = _worker(tmp_path, nats_url, database_url, namespace, "--stages", "extract,redact")
+    port = _free_port()
+    extra = _worker(
+        tmp_path, nats_url, database_url, namespace, "--stages", "extract,redact", ops_port=port
+    )
     owner = _worker(tmp_path, nats_url, database_url, namespace)
     nc = await nats.connect(nats_url)
     try:
         with pytest.raises(ConfigurationError, match="exited with code 2"):
-            owner.start(timeout_s=90)
+            await asyncio.to_thread(owner.start, 90)
         assert "is open in another process" in owner.log.read_text()
-        extra.start(timeout_s=90)
+        await asyncio.to_thread(extra.start, 90)
+        assert await asyncio.to_thread(_status, f"http://127.0.0.1:{port}/healthz") == 200
         found = await answers(nc, Subjects(namespace).ops("stats"), 1.0)
         assert len(found) == 1
         assert found[0]["roles"] == ["extract", "redact"]
@@ -78,7 +101,7 @@ async def test_a_subset_runs_only_its_roles_and_never_opens_the_shard(
         while await _dedupe_pending(nc, namespace) == 0:
             assert time.monotonic() < deadline, "the turn never reached the dedupe stage"
             await asyncio.sleep(0.1)
-        assert extra.stop() == 0
+        assert await asyncio.to_thread(extra.stop) == 0
     finally:
         extra.kill()
         owner.kill()
