@@ -6,15 +6,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
-import os
 import socket
-import subprocess
-import sys
 import time
 import urllib.request
 from pathlib import Path
 
+import faultsbench
 import nats
 import pytest
 
@@ -28,8 +25,6 @@ from memstream.storage.embedding import make_embedder
 from memstream.storage.qdrant_edge import EdgeVectorIndex
 
 pytestmark = pytest.mark.integration
-
-MEMSTREAM = str(Path(sys.executable).parent / "memstream")
 
 
 def _free_port() -> int:
@@ -119,27 +114,15 @@ def test_two_extra_processes_keep_exactly_once_through_a_sigkill(batched: bool) 
     tenants while one extra process is SIGKILLed and restarted: every acked turn has exactly
     one episode, the index holds what Postgres holds, nothing is dead-lettered, and each extra
     process acked extract and redact messages itself."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MEMSTREAM_")}
-    env["MEMSTREAM_STAGE__BATCHED"] = str(batched).lower()
-    # a killed process's unacked messages come back after the ack deadline: keep it short
-    env["MEMSTREAM_STAGE__ACK_WAIT_S"] = "10"
-    command = [MEMSTREAM, "bench", "faults", "--turns", "300", "--faults", "extra_kill"]
-    done = subprocess.run(
-        [*command, "--extra-workers", "2", "--json"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=140,
-        check=False,
+    report, stderr, code = faultsbench.run(
+        ["--turns", "300", "--faults", "extra_kill", "--extra-workers", "2"],
+        140,
+        MEMSTREAM_STAGE__BATCHED=str(batched).lower(),
+        # a killed process's unacked messages come back after the ack deadline: keep it short
+        MEMSTREAM_STAGE__ACK_WAIT_S="10",
     )
-    report = json.loads(done.stdout.strip().splitlines()[-1])
-    assert [f["fault"] for f in report["faults"]] == ["extra_kill"], done.stderr[-2000:]
-    assert report["published"] == report["episodes_stored"] == 300
-    assert report["lost"] == 0 and report["duplicated"] == 0 and report["unexpected"] == 0
-    assert report["points_index"] == report["memories_live"] == report["memories_postgres"]
-    assert report["memories_postgres"] > 300  # typed memories besides the episodes
-    assert report["missing_in_index"] == 0
-    assert report["dead_letters"] == 0, report["dead_letter_reasons"]
+    assert [f["fault"] for f in report["faults"]] == ["extra_kill"], stderr[-2000:]
+    faultsbench.assert_exactly_once(report, 300)
     assert report["extra_workers"] == 2 and report["extra_starts"] == 3
     assert report["extra_exit_codes"] == [0, 0] and report["worker_exit_code"] == 0
     rows = report["processes"]
@@ -148,4 +131,4 @@ def test_two_extra_processes_keep_exactly_once_through_a_sigkill(batched: bool) 
         assert set(row["acked"] or {}) <= {"extract", "redact"}
     for first in (rows[1], rows[3]):  # the killed one counted before its kill, the other
         assert first["acked"]["extract"] > 0 and first["acked"]["redact"] > 0, rows
-    assert all(report["targets"].values()) and done.returncode == 0
+    assert all(report["targets"].values()) and code == 0
