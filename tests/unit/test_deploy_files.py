@@ -179,7 +179,11 @@ def test_kubernetes_deployments_have_probes_resources_and_services() -> None:
     docs = manifests()
     deployments = [d for d in docs if d["kind"] == "Deployment"]
     services = [d for d in docs if d["kind"] == "Service"]
-    assert {d["metadata"]["name"] for d in deployments} == {"memstream-worker", "memstream-gateway"}
+    assert {d["metadata"]["name"] for d in deployments} == {
+        "memstream-worker",
+        "memstream-worker-extract",
+        "memstream-gateway",
+    }
     for dep in deployments:
         pod = dep["spec"]["template"]
         labels = pod["metadata"]["labels"]
