@@ -75,8 +75,10 @@ async def _inject_all(
     n: int,
     stall_limit_s: float,
     t0: float,
+    watch: fleet.StatsWatch,
 ) -> list[dict[str, Any]]:
-    """Each fault of the plan once, in order, when its share of the turns is stored."""
+    """Each fault of the plan once, in order, when its share of the turns is stored (an extra
+    process is killed once it holds work: it has acked messages of its stages)."""
     log: list[dict[str, Any]] = []
     for k, fault in enumerate(plan):
         share = (k + 1) / (len(plan) + 1.5)
@@ -87,6 +89,8 @@ async def _inject_all(
             progress.changed.clear()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(progress.changed.wait(), 1.0)
+        if fault == "extra_kill" and not await watch.working(services.extras[0]):
+            print("  the extra process to kill did no work within 30 s", file=sys.stderr)
         at = progress.events
         print(f"  fault {k + 1}/{len(plan)}: {fault} at {at}/{n} stored", file=sys.stderr)
         down = await services.inject(fault)
@@ -176,7 +180,7 @@ async def _ingest(
         monitoring = asyncio.create_task(feed.monitor(probe, progress, stop))
         publishing = asyncio.create_task(publisher.run(to_publish))
         faults = await _inject_all(
-            services, args.faults, progress, args.turns, args.stall_limit_s, t0
+            services, args.faults, progress, args.turns, args.stall_limit_s, t0, watch
         )
         with contextlib.suppress(TimeoutError):  # a stalled pipeline holds the publisher
             await asyncio.wait_for(asyncio.shield(publishing), args.drain_limit_s)
@@ -280,9 +284,6 @@ async def _ingest(
         await probe.close()
         if nc is not None:
             await nc.close()
-
-
-_STAGE_COLUMNS = (("extract", 9), ("redact", 8), ("dedupe", 8), ("store", 8))
 
 
 def _round(value: float | None) -> float | None:
@@ -395,11 +396,7 @@ def main(args: argparse.Namespace) -> int:
     for label, value, note in rows:
         print(f"  {label:<26}{value!s:>10}   {note}")
     if r["extra_workers"]:
-        print(f"  {'process':<10}{'pid':>9}{'extract':>9}{'redact':>8}{'dedupe':>8}{'store':>8}")
-        for p in r["processes"]:
-            acked = p["acked"] or {}
-            counts = "".join(f"{acked.get(s, '-')!s:>{w}}" for s, w in _STAGE_COLUMNS)
-            print(f"  {p['process']:<10}{p['pid']:>9}{counts}")
+        print("\n".join(fleet.table(r["processes"])))
     for name, ok in met.items():
         print(f"  target {name}: {'met' if ok else 'MISSED'}")
     if args.json:

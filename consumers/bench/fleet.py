@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import time
 from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
@@ -59,6 +60,20 @@ class StatsWatch:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), self.every_s)
 
+    async def working(self, proc: WorkerProcess, limit_s: float = 30.0) -> bool:
+        """Wait until the current life of ``proc`` has acked messages of each of its stages
+        (read afresh), so that a kill lands on a process that holds work; False if it has
+        not after ``limit_s``."""
+        deadline = time.monotonic() + limit_s
+        while time.monotonic() < deadline:
+            with contextlib.suppress(nats.errors.Error, OSError, TimeoutError):
+                await self.poll()
+            counts = self.acked.get(proc.pids[-1]) or {}
+            if all(counts.get(stage, 0) > 0 for stage in EXTRA_STAGES.split(",")):
+                return True
+            await asyncio.sleep(0.1)
+        return False
+
     def report(self, owner: WorkerProcess, extra: Sequence[WorkerProcess]) -> list[dict[str, Any]]:
         """One row per process started: its role, pid and acked counts (None: never seen)."""
         rows = [("owner", owner)] + [(f"extra-{i}", x) for i, x in enumerate(extra)]
@@ -103,3 +118,16 @@ def log_events(path: Path) -> dict[str, int]:
                 entry = json.loads(line)
                 seen[f"{entry.get('level', '?')} {entry.get('event', '?')}"] += 1
     return dict(seen.most_common(12))
+
+
+_STAGE_COLUMNS = (("extract", 9), ("redact", 8), ("dedupe", 8), ("store", 8))
+
+
+def table(rows: Sequence[dict[str, Any]]) -> list[str]:
+    """``StatsWatch.report`` as printed lines: one per process life, acked per stage."""
+    lines = [f"  {'process':<10}{'pid':>9}{'extract':>9}{'redact':>8}{'dedupe':>8}{'store':>8}"]
+    for p in rows:
+        acked = p["acked"] or {}
+        counts = "".join(f"{acked.get(s, '-')!s:>{w}}" for s, w in _STAGE_COLUMNS)
+        lines.append(f"  {p['process']:<10}{p['pid']:>9}{counts}")
+    return lines
