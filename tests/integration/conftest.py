@@ -14,6 +14,7 @@ import pytest
 
 from memstream.consumers.app import Worker
 from memstream.consumers.run import make_vector_index
+from memstream.consumers.services import Services
 from memstream.consumers.topology import drained
 from memstream.pipeline.redact import Redactor
 from memstream.producers.client import MemoryClient
@@ -59,8 +60,9 @@ class Running:
 
 @pytest.fixture
 def stage_batched() -> bool:
-    """Whether the worker's stages take their pull batch as one unit (a module overrides it)."""
-    return False
+    """Whether the worker's stages take their pull batch as one unit, as by default (a module
+    overrides it to run the single-message path)."""
+    return True
 
 
 @pytest.fixture
@@ -77,7 +79,7 @@ async def running(
     )
     vectors = make_vector_index(settings)
     await vectors.ensure(embedder.dim)
-    worker = Worker(settings, nats_url, pg, vectors, embedder, Redactor(key=b"test-key"))
+    worker = Worker(Services(settings, pg, vectors, embedder, Redactor(key=b"test-key")), nats_url)
     await worker.start()
     yield Running(settings, worker, pg, nats_url)
     await worker.stop()

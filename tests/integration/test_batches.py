@@ -8,8 +8,10 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+from workers import refuse_inserts
 
-from memstream.consumers.batching import BATCH_STAGES, BatchRunner
+from memstream.consumers.batch_stages import BATCH_STAGES
+from memstream.consumers.batching import BatchRunner
 from memstream.consumers.dlq import dead_letters
 from memstream.schemas.memory import Candidate, Owner
 from memstream.schemas.subjects import DLQ_REASON_HEADER, MSG_ID_HEADER, msg_id
@@ -32,23 +34,11 @@ def candidate(i: int, content: str) -> Candidate:
     )
 
 
-@pytest.fixture
-def stage_batched() -> bool:
-    """These tests run the worker with batched stages."""
-    return True
-
-
 async def test_poison_message_is_isolated_from_its_batch(running) -> None:
     """Five candidates fetched as one store batch, the second refused by Postgres: the batch
     call fails, the singles path dead-letters that one on its first delivery with its reason,
     stores and acks the other four, and retries nothing."""
-    async with running.pg._pool.acquire() as con:  # test setup: a trigger no API would add
-        await con.execute(
-            "CREATE FUNCTION refuse() RETURNS trigger AS $$ BEGIN "
-            "RAISE EXCEPTION 'refused' USING ERRCODE = '22023'; END; $$ LANGUAGE plpgsql; "
-            "CREATE TRIGGER refuse BEFORE INSERT ON memories FOR EACH ROW "
-            "WHEN (NEW.content LIKE '%quux-refuse%') EXECUTE FUNCTION refuse()"
-        )
+    await refuse_inserts(running.pg)
     worker = running.worker
     await worker.broker.pulls.stop()  # the test fetches the store stage's batch itself
     s, js = worker.deps.subjects, worker.deps.js

@@ -72,7 +72,7 @@ async def test_index_down_reports_only_postgres(gateway, tenant, embedder) -> No
         check_compatibility=False,
         dim=embedder.dim,
     )
-    w.vectors = w.deps.vectors = w.recall.vectors = w.commands.deps.vectors = down
+    w.services.vectors = down  # Worker, Deps, recall and commands all read it
     try:
         body = {"content": "Client asked for invoices in PDF", "client_id": 3}
         r = await gateway.http.post("/api/v1/memory/remember", json=body, headers=auth(key))
@@ -87,7 +87,7 @@ async def test_index_down_reports_only_postgres(gateway, tenant, embedder) -> No
         assert r.status_code == 200 and r.json()["degraded"] == ["vector_index"], r.text
         assert "PDF" in r.json()["results"][0]["content"]
     finally:
-        w.vectors = w.deps.vectors = w.recall.vectors = w.commands.deps.vectors = live
+        w.services.vectors = live
         await down.close()
 
 
