@@ -213,6 +213,8 @@ class ConsoleBackend:
                 detail = "ok" if ok else state.get("error", "down")
                 health.append((f"{dep} ({name})", ok, str(detail)))
         first = workers[0] if workers else {}
+        # the index's count from a worker whose roles open it (an extract/redact one does not)
+        owner: dict[str, Any] = next((w for w in workers if "index" in (w.get("health") or {})), {})
         redactions: dict[str, int] = {}
         for w in workers:
             for label, n in (w.get("redactions") or {}).items():
@@ -239,7 +241,7 @@ class ConsoleBackend:
             # every worker counts the same shared stores: one answer, not a sum
             "counts": {
                 "postgres": (first.get("health") or {}).get("postgres", {}).get("count"),
-                "index": (first.get("health") or {}).get("index", {}).get("count"),
+                "index": (owner.get("health") or {}).get("index", {}).get("count"),
             },
             "health": health,
         }

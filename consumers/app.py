@@ -1,9 +1,10 @@
 """Composition root: settings -> stores, stages, subscribers, responders.
 
-``Worker`` runs every stage (extract, redact, dedupe, store), the recall
-responder and the index reconciler on one FastStream NATS broker. Run several
-processes to scale: durable pull consumers share the work, the recall
-responder is a queue-group member.
+``Worker`` runs the stages of its settings' roles (``Settings.stages``; all by default:
+extract, redact, dedupe, store), and with the ``recall`` role the recall and command
+responders, with the ``store`` role the index maintenance, on one FastStream NATS broker. Run
+several processes to scale (consumers/roles.py): durable pull consumers share the work, the
+responders are queue-group members.
 """
 
 from __future__ import annotations
@@ -154,7 +155,8 @@ class Worker(ReadsServices):
             **reconnect_forever(self._closed),
         )
         batched: dict[str, tuple[str, str, BatchRunner]] = {}
-        for stage in STAGES:
+        roles = self.settings.stages
+        for stage in (stage for stage in STAGES if stage in roles):
             stream, ccfg = topo.consumers[stage]
             if self.settings.stage.batched:
                 batched[stage] = (
@@ -171,6 +173,28 @@ class Worker(ReadsServices):
                 pull_sub=PullSub(batch_size=self.settings.stage.batch_size, timeout=1.0),
                 ack_policy=AckPolicy.MANUAL,
             )(self._handler(runner))
+        if "recall" in roles:
+            await self._answer_requests(s)
+        await self.broker.start()
+        self._stats_sub = await opsstats.answer(self, self._nc)
+        self._redact_sub = await opsstats.answer_redact(self, self._nc)
+        if batched:
+            self.broker.pulls = PullLoops(js, batched, self.settings.stage.batch_size)
+            await self.broker.pulls.start()
+        if "store" in roles:  # the index's maintenance goes with the stage that writes it
+            if await self._left_behind():
+                self.deps.index_behind.set()  # the first maintenance round at once
+            self._reconciler = asyncio.create_task(self._reconcile_forever())
+        log.info(
+            "worker.started",
+            nats=display_url(self.nats_url),
+            namespace=s.prefix,
+            stages=list(roles),
+        )
+
+    async def _answer_requests(self, s: Subjects) -> None:
+        """The recall responder and the command responders (queue groups: one process of
+        the deployment answers each request)."""
         # Recall is the hot path: a plain nats-py queue subscription, so no broker middleware
         # adds to every request's latency; each request in its own task.
         self._recall_sub = await self._nc.subscribe(
@@ -182,21 +206,6 @@ class Worker(ReadsServices):
             )
         self.broker.subscriber(s.cmd("whoami"), queue=s.queue_group, ack_policy=AckPolicy.MANUAL)(
             self._whoami_handler()
-        )
-        await self.broker.start()
-        self._stats_sub = await opsstats.answer(self, self._nc)
-        self._redact_sub = await opsstats.answer_redact(self, self._nc)
-        if await self._left_behind():
-            self.deps.index_behind.set()  # the first maintenance round at once
-        if batched:
-            self.broker.pulls = PullLoops(js, batched, self.settings.stage.batch_size)
-            await self.broker.pulls.start()
-        self._reconciler = asyncio.create_task(self._reconcile_forever())
-        log.info(
-            "worker.started",
-            nats=display_url(self.nats_url),
-            namespace=s.prefix,
-            stages=list(STAGES),
         )
 
     @staticmethod

@@ -9,15 +9,20 @@ an exception message or a memory's content.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import socket
-from collections.abc import Awaitable
+import time
+from collections.abc import Awaitable, Callable
 from dataclasses import asdict
 from typing import Any
 
+import nats
+
 from memstream.consumers.busauth import safe_reply
 from memstream.consumers.logs import log
+from memstream.consumers.roles import holds_index
 
 PROBE_TIMEOUT_S = 1.0
 
@@ -39,11 +44,19 @@ async def snapshot(worker: Any) -> dict[str, Any]:
         for name, m in worker.deps.metrics.items()
     }
     cache = worker.deps.cache
-    postgres, index = await asyncio.gather(
-        _probe(worker.pg.count()), _probe(worker.vectors.count())
-    )
+    health: dict[str, Any] = {
+        "nats": {"ok": bool(worker.broker.config.connection_state.connection.is_connected)}
+    }
+    # the index only where this process's roles use it (an extract/redact process never
+    # opens it): readers take the index's count from a worker that reports it
+    probes = {"postgres": worker.pg.count()}
+    if holds_index(worker.settings.stages):
+        probes["index"] = worker.vectors.count()
+    found = await asyncio.gather(*(_probe(p) for p in probes.values()))
+    health.update(zip(probes, found, strict=True))
     return {
         "worker": f"{socket.gethostname()}:{os.getpid()}",
+        "roles": list(worker.settings.stages),
         "stages": stages,
         "redactions": dict(worker.deps.metrics["redact"].redactions)
         if "redact" in worker.deps.metrics
@@ -55,11 +68,7 @@ async def snapshot(worker: Any) -> dict[str, Any]:
         },
         "cache": None if cache is None else {"hits": cache.hits, "misses": cache.misses},
         "dev_redaction_key": bool(getattr(worker, "dev_redaction_key", False)),
-        "health": {
-            "nats": {"ok": bool(worker.broker.config.connection_state.connection.is_connected)},
-            "postgres": postgres,
-            "index": index,
-        },
+        "health": health,
     }
 
 
@@ -108,3 +117,31 @@ async def answer_redact(worker: Any, nc: Any) -> Any:
 
     s = worker.deps.subjects
     return await nc.subscribe(s.ops("redact"), queue=s.queue_group, cb=reply)
+
+
+async def answers(
+    nc: Any,
+    subject: str,
+    wait_s: float,
+    enough: Callable[[dict[str, Any]], bool] | None = None,
+) -> list[dict[str, Any]]:
+    """Every answer to one request on ``subject`` (no queue group: each worker answers) that
+    arrives within ``wait_s``; or those until the first that is ``enough``."""
+    inbox = nc.new_inbox()
+    sub = await nc.subscribe(inbox)
+    found: list[dict[str, Any]] = []
+    try:
+        await nc.publish(subject, b"", reply=inbox)
+        deadline = time.monotonic() + wait_s
+        while (left := deadline - time.monotonic()) > 0:
+            try:
+                msg = await sub.next_msg(timeout=left)
+            except nats.errors.TimeoutError:
+                break
+            with contextlib.suppress(ValueError):
+                found.append(json.loads(msg.data))
+                if enough is not None and enough(found[-1]):
+                    break
+    finally:
+        await sub.unsubscribe()
+    return found

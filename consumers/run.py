@@ -1,5 +1,6 @@
 """``memstream dev`` (embedded stack + every worker in one process) and
-``memstream worker`` (workers against configured services)."""
+``memstream worker`` (workers against configured services; ``--stages`` picks the roles of
+this process, consumers/roles.py)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from typing import Any, cast
 
 from pydantic import ValidationError
 
-from memstream.consumers import creds
+from memstream.consumers import creds, roles
 from memstream.consumers.app import Worker
 from memstream.consumers.cpulatency import CpuLatencyHold, hold_cpu_latency
 from memstream.consumers.embedded import EmbeddedNats, EmbeddedPostgres
@@ -25,7 +26,7 @@ from memstream.consumers.services import Services
 from memstream.pipeline.redact import RedactionPolicy, Redactor, Redacts, TenantRedactors
 from memstream.producers.connection import display_url
 from memstream.schemas.errors import ConfigurationError, StorageUnavailable, describe
-from memstream.schemas.settings import Settings
+from memstream.schemas.settings import ROLES, Settings
 from memstream.schemas.stack import remove_stack, write_stack
 from memstream.storage.embedding import make_embedder
 from memstream.storage.ports import Embedder, VectorIndex
@@ -189,24 +190,31 @@ async def serve(settings: Settings, announce: bool, dev_key: bool = False) -> in
     """``dev_key``: without MEMSTREAM_REDACTION_KEY, use the state directory's random key
     (``memstream dev`` always may; ``memstream worker`` only with --dev-redaction-key)."""
     try:  # before anything starts: a worker without a secret key must not run at all
+        roles.check(settings)
         key = redaction_key(settings, dev=announce or dev_key)
     except ConfigurationError as exc:
         print(f"memstream: {exc}", file=sys.stderr)
         return 2
     configure(settings.log_level)
     settings.state_dir.mkdir(parents=True, exist_ok=True)
+    stack: Stack | None = None
     try:
         embedder = make_embedder(settings.embedding_model, settings.embedding_path)
         redactor = make_redactor(settings, key)  # before any server starts: a bad policy stops here
         stack = await Stack.open(settings, dim=embedder.dim)
         worker = make_worker(stack, embedder, redactor)
         worker.dev_redaction_key = settings.redaction_key is None
-        await ensure_index(worker)
+        if roles.holds_index(settings.stages):  # a Qdrant Edge shard opens (and locks) here
+            await ensure_index(worker)
         await worker.start()
         locked(settings.lock_memory)
         latency_hold = cpu_latency(settings.cpu_latency_us)
     except ConfigurationError as exc:
         log.error("startup.failed", error=str(exc))
+        print(f"memstream: {exc}", file=sys.stderr)
+        if stack is not None:  # e.g. a shard another process holds: stop what did start
+            with contextlib.suppress(Exception):
+                await stack.close()
         return 2
     ops = None
     if settings.ops_port is not None:
@@ -347,6 +355,15 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     worker = sub.add_parser("worker", help="run the workers against configured services")
     worker.add_argument("--state-dir", type=Path, default=None)
     worker.add_argument(
+        "--stages",
+        type=_roles,
+        default=None,
+        help="the roles of this process, comma-separated, from "
+        f"{','.join(ROLES)} (default: all). With Qdrant Edge, dedupe, store and recall run "
+        "together in the one process that owns the shard; extra processes take "
+        "extract,redact (docs/ingest.md)",
+    )
+    worker.add_argument(
         "--dev-redaction-key",
         action="store_true",
         help="development only: without MEMSTREAM_REDACTION_KEY, key redaction placeholders "
@@ -357,9 +374,18 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
 
 
+def _roles(text: str) -> tuple[str, ...]:
+    try:
+        return roles.parse(text)
+    except ConfigurationError as exc:  # argparse prints it with the usage, exit code 2
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def _settings(a: argparse.Namespace) -> Settings:
     s = Settings()
     update: dict[str, Any] = {"state_dir": a.state_dir} if a.state_dir else {}
     if getattr(a, "bus_auth", False):
         update["embedded_bus_auth"] = True
+    if getattr(a, "stages", None):
+        update["stages"] = a.stages
     return s.model_copy(update=update) if update else s

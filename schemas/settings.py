@@ -6,11 +6,15 @@ embedded stack starts its own NATS, PostgreSQL and Qdrant Edge under ``state_dir
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, Field, SecretStr, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import BaseModel, Field, SecretStr, field_validator, model_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+Role = Literal["extract", "redact", "dedupe", "store", "recall"]
+ROLES: tuple[Role, ...] = ("extract", "redact", "dedupe", "store", "recall")
 
 
 class StageSettings(BaseModel):
@@ -93,6 +97,11 @@ class Settings(BaseSettings):
     sweep_every_s: float = 30.0
 
     stage: StageSettings = Field(default_factory=StageSettings)
+    # What this worker process runs (`memstream worker --stages ...`): any of the four stages
+    # and `recall` (the recall and command responders). With Qdrant Edge one process owns the
+    # shard and runs dedupe, store and recall together (docs/ingest.md).
+    # MEMSTREAM_STAGES=extract,redact (comma-separated, or a JSON list)
+    stages: Annotated[tuple[Role, ...], NoDecode] = ROLES
     stream_replicas: int = Field(default=1, ge=1, le=5)  # 3 in a production cluster
     turns_max_age_s: float = 7 * 24 * 3600  # raw turns carry PII: short retention
     duplicate_window_s: float = 120.0
@@ -128,6 +137,23 @@ class Settings(BaseSettings):
     gateway_host: str = "127.0.0.1"
     gateway_port: int | None = 8010
     gateway_flush_timeout_s: float = Field(default=30.0, gt=0)
+
+    @field_validator("stages", mode="before")
+    @classmethod
+    def _split_stages(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            text = value.strip()
+            if text.startswith("["):
+                return json.loads(text)
+            return [name.strip() for name in text.split(",") if name.strip()]
+        return value
+
+    @field_validator("stages")
+    @classmethod
+    def _some_stages(cls, value: tuple[Role, ...]) -> tuple[Role, ...]:
+        if not value:
+            raise ValueError(f"names no role (from {','.join(ROLES)})")
+        return tuple(r for r in ROLES if r in value)  # pipeline order, each once
 
     @model_validator(mode="after")
     def _llm_configured(self) -> Settings:

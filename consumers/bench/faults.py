@@ -7,14 +7,19 @@ each fault of the plan happen once, at a share of the turns stored: the worker S
 started again, nats-server SIGKILLed and started again on its port and store, PostgreSQL
 SIGKILLed (every process) and started again, the vector index made unavailable (the worker's
 offline switch, ``fault_vector_offline_file``) and brought back, the worker SIGKILLed again.
+With ``--extra-workers N``, N ``memstream worker --stages extract,redact`` processes share
+those stages with the worker (which owns the Qdrant Edge shard), and ``extra_kill`` SIGKILLs
+the first of them and starts it again.
 
 The publisher keeps at most ``--ahead`` turns beyond what is stored, so publishing lasts the
 whole ingest and meets the NATS outage too; a publish that fails is retried with the same
 event id (``Nats-Msg-Id``), so a turn whose PubAck was lost is stored once.
 
 Targets: no turn lost or duplicated, the index holding exactly the memories Postgres holds,
-no dead letter, everything processed within 60 s of the end of the last fault. The exit code
-is 1 when a target is missed.
+no dead letter, everything processed within 60 s of the end of the last fault, and every
+extra process acked extract and redact messages. The exit code is 1 when a target is missed.
+The workers take the stage settings of the environment (MEMSTREAM_STAGE__*: batches on or off,
+the ack deadline ...).
 """
 
 from __future__ import annotations
@@ -23,6 +28,8 @@ import argparse
 import asyncio
 import contextlib
 import json
+import os
+import secrets
 import sys
 import tempfile
 import time
@@ -31,9 +38,9 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-import asyncpg
 import nats
 
+from memstream.consumers.bench import fleet
 from memstream.consumers.bench import publisher as feed
 from memstream.consumers.bench.conversations import sessions, turns
 from memstream.consumers.bench.processes import Services, WorkerProcess
@@ -44,12 +51,10 @@ from memstream.consumers.topology import drained
 from memstream.producers.client import MemoryClient
 from memstream.schemas.settings import Settings
 from memstream.schemas.subjects import DLQ_REASON_HEADER, DLQ_STAGE_HEADER, Subjects
-from memstream.storage.embedding import make_embedder
-from memstream.storage.qdrant_edge import EdgeVectorIndex
 
 NAMESPACE = "mem"
 PLAN = ["worker_kill", "nats_kill", "postgres_kill", "index_offline", "worker_kill"]
-KINDS = ("worker_kill", "nats_kill", "postgres_kill", "index_offline")
+KINDS = ("worker_kill", "nats_kill", "postgres_kill", "index_offline", "extra_kill")
 DRAIN_TARGET_S = 60.0
 
 
@@ -70,8 +75,10 @@ async def _inject_all(
     n: int,
     stall_limit_s: float,
     t0: float,
+    watch: fleet.StatsWatch,
 ) -> list[dict[str, Any]]:
-    """Each fault of the plan once, in order, when its share of the turns is stored."""
+    """Each fault of the plan once, in order, when its share of the turns is stored (an extra
+    process is killed once it holds work: it has acked messages of its stages)."""
     log: list[dict[str, Any]] = []
     for k, fault in enumerate(plan):
         share = (k + 1) / (len(plan) + 1.5)
@@ -82,6 +89,8 @@ async def _inject_all(
             progress.changed.clear()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(progress.changed.wait(), 1.0)
+        if fault == "extra_kill" and not await watch.working(services.extras[0]):
+            print("  the extra process to kill did no work within 30 s", file=sys.stderr)
         at = progress.events
         print(f"  fault {k + 1}/{len(plan)}: {fault} at {at}/{n} stored", file=sys.stderr)
         down = await services.inject(fault)
@@ -96,31 +105,6 @@ async def _inject_all(
             }
         )
     return log
-
-
-async def _count_index(state_dir: Path, pg_dsn: str) -> dict[str, int]:
-    """Points in the worker's Qdrant Edge shard (the worker stopped), and Postgres's live
-    memories missing from it."""
-    embedder = make_embedder(None, None)
-    index = EdgeVectorIndex(state_dir / "qdrant" / Settings().collection)
-    await index.ensure(embedder.dim)
-    con = await asyncpg.connect(pg_dsn)
-    try:
-        rows = await con.fetch(
-            "SELECT tenant, id::text AS id FROM memories WHERE deleted_at IS NULL"
-        )
-        by_tenant: dict[str, list[str]] = {}
-        for r in rows:
-            by_tenant.setdefault(r["tenant"], []).append(r["id"])
-        missing = 0
-        for tenant, ids in by_tenant.items():
-            for i in range(0, len(ids), 500):
-                found = await index.fetch(tenant, ids[i : i + 500])
-                missing += len(ids[i : i + 500]) - len(found)
-        return {"points": await index.count(), "missing": missing, "live": len(rows)}
-    finally:
-        await con.close()
-        await index.close()
 
 
 async def run(args: argparse.Namespace, base: Path) -> dict[str, Any]:
@@ -142,31 +126,44 @@ async def _ingest(
 ) -> dict[str, Any]:
     t0 = time.monotonic()
     flag = base / "index-offline"
+    env = {
+        "MEMSTREAM_NATS_URL": nats_server.url,
+        "MEMSTREAM_DATABASE_URL": pg_server.dsn,
+        "MEMSTREAM_NAMESPACE": NAMESPACE,
+        "MEMSTREAM_LOG_LEVEL": "INFO",  # the maintenance rounds (reconcile.indexed ...)
+        # one key for every process: a turn redacted again elsewhere must read the same
+        "MEMSTREAM_REDACTION_KEY": secrets.token_hex(32),
+        # the stage settings under test (MEMSTREAM_STAGE__BATCHED ...), as this process has them
+        **{k: v for k, v in os.environ.items() if k.startswith("MEMSTREAM_STAGE__")},
+    }
     worker = WorkerProcess(
-        {
-            "MEMSTREAM_NATS_URL": nats_server.url,
-            "MEMSTREAM_DATABASE_URL": pg_server.dsn,
-            "MEMSTREAM_NAMESPACE": NAMESPACE,
-            "MEMSTREAM_FAULT_VECTOR_OFFLINE_FILE": str(flag),
-            "MEMSTREAM_LOG_LEVEL": "INFO",  # the maintenance rounds (reconcile.indexed ...)
-        },
+        {**env, "MEMSTREAM_FAULT_VECTOR_OFFLINE_FILE": str(flag)},
         base / "worker",
         base / "worker.log",
     )
     started.callback(worker.kill)
-    services = Services(nats_server, pg_server, worker, flag, args.outage_s, args.index_outage_s)
+    extras = fleet.extras(env, base, args.extra_workers)
+    for extra in extras:
+        started.callback(extra.kill)
+    services = Services(
+        nats_server, pg_server, worker, flag, args.outage_s, args.index_outage_s, extras
+    )
     settings = Settings(nats_url=nats_server.url, namespace=NAMESPACE)
     probe = Probe(pg_server.dsn)
     stop = asyncio.Event()
     nc = None
     try:
         startup_s = await asyncio.to_thread(worker.start)
+        for extra in extras:
+            await asyncio.to_thread(extra.start)
         nc = await nats.connect(
             nats_server.url,
             max_reconnect_attempts=-1,
             reconnect_time_wait=0.5,
             error_cb=_quiet,  # the outage is the point: no traceback per reconnect attempt
         )
+        watch = fleet.StatsWatch(nc, NAMESPACE)
+        watching = asyncio.create_task(watch.run(stop))
         js = nc.jetstream()
         plan = turns(args.turns, sessions(args.tenants, args.users))
         clients = {
@@ -184,7 +181,7 @@ async def _ingest(
         monitoring = asyncio.create_task(feed.monitor(probe, progress, stop))
         publishing = asyncio.create_task(publisher.run(to_publish))
         faults = await _inject_all(
-            services, args.faults, progress, args.turns, args.stall_limit_s, t0
+            services, args.faults, progress, args.turns, args.stall_limit_s, t0, watch
         )
         with contextlib.suppress(TimeoutError):  # a stalled pipeline holds the publisher
             await asyncio.wait_for(asyncio.shield(publishing), args.drain_limit_s)
@@ -222,14 +219,16 @@ async def _ingest(
 
         finished = await _until(done, args.drain_limit_s)
         drain_s = time.monotonic() - last_fault if finished else None
+        await watch.poll()  # the last counts, before the processes stop
         stop.set()
-        await monitoring
+        await asyncio.gather(monitoring, watching)
         publishing.cancel()
         dead = await dead_letters(js, Subjects(NAMESPACE), None, 10_000)
         for c in clients.values():
             await c.close()
+        extra_codes = [await asyncio.to_thread(x.stop) for x in extras]
         exit_code = await asyncio.to_thread(worker.stop)
-        index = await _count_index(worker.state_dir, pg_server.dsn)
+        index = await fleet.count_index(worker.state_dir, pg_server.dsn)
         row = await probe.fetchrow(EPISODE_EVENTS)
         stored_ids = await probe.fetch(
             "SELECT DISTINCT e FROM memories m, unnest(m.source_event_ids) e "
@@ -267,6 +266,10 @@ async def _ingest(
             "worker_startup_s": round(startup_s, 1),
             "worker_starts": worker.starts,
             "worker_exit_code": exit_code,
+            "extra_workers": len(extras),
+            "extra_starts": sum(x.starts for x in extras),
+            "extra_exit_codes": extra_codes,
+            "processes": watch.report(worker, extras),
             "faults": [
                 {
                     **{k: v for k, v in f.items() if k != "ended_at"},
@@ -275,7 +278,7 @@ async def _ingest(
                 for f in faults
             ],
             "total_s": round(time.monotonic() - t0, 1),
-            "worker_log_events": _log_events(worker.log),
+            "worker_log_events": fleet.log_events(worker.log),
         }
     finally:
         stop.set()
@@ -292,20 +295,14 @@ async def _quiet(exc: Exception) -> None:
     return None
 
 
-def _log_events(path: Path) -> dict[str, int]:
-    """How often each warning or error event appears in the worker's log."""
-    seen: Counter[str] = Counter()
-    with contextlib.suppress(OSError), path.open(errors="replace") as lines:
-        for line in lines:
-            with contextlib.suppress(ValueError, AttributeError):
-                entry = json.loads(line)
-                seen[f"{entry.get('level', '?')} {entry.get('event', '?')}"] += 1
-    return dict(seen.most_common(12))
-
-
 def targets(r: dict[str, Any]) -> dict[str, bool]:
     """Each target, met or not."""
     drain = r["drain_after_last_fault_s"]
+    extras: dict[str, bool] = {}
+    for row in r["processes"]:
+        if row["process"] != "owner":
+            did = all((row["acked"] or {}).get(stage, 0) > 0 for stage in ("extract", "redact"))
+            extras[row["process"]] = extras.get(row["process"], False) or did
     return {
         "every fault injected": [f["fault"] for f in r["faults"]] == r["plan"],
         "0 lost": r["lost"] == 0 and r["published"] == r["turns"],
@@ -315,6 +312,7 @@ def targets(r: dict[str, Any]) -> dict[str, bool]:
         "0 dead letters": r["dead_letters"] == 0,
         f"drained within {DRAIN_TARGET_S:.0f} s of the last fault": drain is not None
         and drain <= DRAIN_TARGET_S,
+        "every extra process acked extract and redact": all(extras.values()),
     }
 
 
@@ -339,6 +337,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--index-outage-s", type=float, default=5.0, help="the index stays away")
     p.add_argument("--drain-limit-s", type=float, default=300.0, help="give up waiting after")
     p.add_argument("--stall-limit-s", type=float, default=180.0, help="no progress: give up")
+    p.add_argument(
+        "--extra-workers",
+        type=int,
+        default=0,
+        help="extra `memstream worker --stages extract,redact` processes beside the worker",
+    )
     p.add_argument("--keep", action="store_true", help="keep the temp directory (logs, data)")
 
 
@@ -350,6 +354,9 @@ def _plan(text: str) -> list[str]:
 
 
 def main(args: argparse.Namespace) -> int:
+    if "extra_kill" in args.faults and args.extra_workers < 1:
+        print("memstream: the extra_kill fault needs --extra-workers 1 or more", file=sys.stderr)
+        return 2
     tmp = tempfile.mkdtemp(prefix="memstream-faults-")
     try:
         r = asyncio.run(run(args, Path(tmp)))
@@ -389,6 +396,8 @@ def main(args: argparse.Namespace) -> int:
     ]
     for label, value, note in rows:
         print(f"  {label:<26}{value!s:>10}   {note}")
+    if r["extra_workers"]:
+        print("\n".join(fleet.table(r["processes"])))
     for name, ok in met.items():
         print(f"  target {name}: {'met' if ok else 'MISSED'}")
     if args.json:

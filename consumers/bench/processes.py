@@ -11,7 +11,8 @@ import signal
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from memstream.consumers.embedded import EmbeddedNats, EmbeddedPostgres
@@ -28,10 +29,13 @@ def memstream_command() -> list[str]:
 
 
 class WorkerProcess:
-    """``memstream worker`` on the given services; its log (JSON lines) goes to ``log``."""
+    """``memstream worker`` on the given services; its log (JSON lines) goes to ``log``;
+    ``args`` go after ``worker`` (``--stages extract,redact``)."""
 
-    def __init__(self, env: dict[str, str], state_dir: Path, log: Path) -> None:
-        self.state_dir, self.log = state_dir, log
+    def __init__(
+        self, env: dict[str, str], state_dir: Path, log: Path, args: Sequence[str] = ()
+    ) -> None:
+        self.state_dir, self.log, self.args = state_dir, log, list(args)
         self.env = {
             **{k: v for k, v in os.environ.items() if not k.startswith("MEMSTREAM_")},
             # a fresh secret per run: placeholders only need to be stable within it
@@ -43,6 +47,7 @@ class WorkerProcess:
         }
         self.proc: subprocess.Popen[bytes] | None = None
         self.starts = 0
+        self.pids: list[int] = []  # of every start, in order
 
     @property
     def ready_file(self) -> Path:
@@ -54,9 +59,10 @@ class WorkerProcess:
         self.ready_file.unlink(missing_ok=True)  # a killed worker leaves its own behind
         with self.log.open("ab") as out:
             self.proc = subprocess.Popen(
-                [*memstream_command(), "worker"], env=self.env, stdout=out, stderr=out
+                [*memstream_command(), "worker", *self.args], env=self.env, stdout=out, stderr=out
             )
         self.starts += 1
+        self.pids.append(self.proc.pid)
         while not self.ready_file.exists():
             if self.proc.poll() is not None:
                 raise ConfigurationError(
@@ -91,7 +97,8 @@ class WorkerProcess:
 
 @dataclass
 class Services:
-    """The servers and the worker of one run, and the vector index's offline switch."""
+    """The servers and the worker of one run, the vector index's offline switch, and the
+    extra extract/redact worker processes beside the worker (``--extra-workers``)."""
 
     nats: EmbeddedNats
     pg: EmbeddedPostgres
@@ -99,6 +106,7 @@ class Services:
     offline_flag: Path
     outage_s: float
     index_outage_s: float
+    extras: list[WorkerProcess] = field(default_factory=list)
 
     async def inject(self, fault: str) -> float:
         """Make ``fault`` happen and end; returns how long the service was away (s)."""
@@ -106,6 +114,9 @@ class Services:
         if fault == "worker_kill":
             await asyncio.to_thread(self.worker.kill)
             await asyncio.to_thread(self.worker.start)
+        elif fault == "extra_kill":  # the first extra process: the others keep working
+            await asyncio.to_thread(self.extras[0].kill)
+            await asyncio.to_thread(self.extras[0].start)
         elif fault == "nats_kill":
             await asyncio.to_thread(self.nats.halt)
             await asyncio.sleep(self.outage_s)

@@ -5,7 +5,6 @@
 from __future__ import annotations
 
 import asyncio
-import json
 from typing import Any
 
 import nats
@@ -13,6 +12,7 @@ from nats.js.api import ConsumerConfig, StreamConfig
 
 from memstream.consumers.doctor.findings import TIMEOUT_S, Finding
 from memstream.consumers.natsconn import nats_options
+from memstream.consumers.opsstats import answers
 from memstream.consumers.topology import topology
 from memstream.producers.connection import display_url
 from memstream.schemas.settings import Settings
@@ -167,12 +167,17 @@ async def _dead_letters(js: Any, settings: Settings) -> Finding:
 
 
 async def worker_stats(nc: Any, settings: Settings) -> dict[str, Any] | None:
-    """The first worker's answer to ``<ns>.ops.stats`` (None when none answers)."""
+    """A worker's answer to ``<ns>.ops.stats``, the first from a process that holds the vector
+    index if one answers (an extract/redact process reports no index); None when none
+    answers."""
     if nc is None:
         return None
     try:
-        msg = await nc.request(Subjects(settings.namespace).ops("stats"), b"{}", timeout=TIMEOUT_S)
-        stats: dict[str, Any] = json.loads(msg.data)
+        found = await answers(nc, Subjects(settings.namespace).ops("stats"), TIMEOUT_S, holds_index)
     except Exception:  # noqa: BLE001 - no worker answered
         return None
-    return stats
+    return next((a for a in found if holds_index(a)), found[0] if found else None)
+
+
+def holds_index(stats: dict[str, Any]) -> bool:
+    return "index" in (stats.get("health") or {})

@@ -21,6 +21,7 @@ from memstream.schemas.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
+WORKER = ["memstream", "worker"]
 SECRETS = {
     "MEMSTREAM_REDACTION_KEY": "0" * 64,
     "POSTGRES_PASSWORD": "test-password",
@@ -67,7 +68,7 @@ def test_compose_runs_every_part_of_the_stack() -> None:
 
 def test_compose_streams_match_the_cluster_and_ops_binds_every_interface() -> None:
     """Streams are created at 3 replicas on the 3-node cluster; the worker's ops endpoint
-    binds 0.0.0.0 on the port Prometheus scrapes."""
+    binds 0.0.0.0 on the port Prometheus scrapes, on every service that runs workers."""
     services = compose()["services"]
     nats_nodes = [n for n in services if re.fullmatch(r"nats-\d", n)]
     worker = env_of(services["worker"])
@@ -76,7 +77,9 @@ def test_compose_streams_match_the_cluster_and_ops_binds_every_interface() -> No
     scrape = yaml.safe_load((DEPLOY / "prometheus" / "prometheus.yml").read_text())
     (job,) = [j for j in scrape["scrape_configs"] if j["job_name"] == "memstream"]
     (sd,) = job["dns_sd_configs"]
-    assert sd["names"] == ["worker"] and str(sd["port"]) == worker["MEMSTREAM_OPS_PORT"]
+    workers = [n for n, svc in services.items() if svc.get("command", [])[:2] == WORKER]
+    assert workers == ["worker", "worker-extract"]
+    assert sd["names"] == workers and str(sd["port"]) == worker["MEMSTREAM_OPS_PORT"]
     for node in nats_nodes:
         assert "--name" in services[node]["command"]
 
@@ -176,7 +179,11 @@ def test_kubernetes_deployments_have_probes_resources_and_services() -> None:
     docs = manifests()
     deployments = [d for d in docs if d["kind"] == "Deployment"]
     services = [d for d in docs if d["kind"] == "Service"]
-    assert {d["metadata"]["name"] for d in deployments} == {"memstream-worker", "memstream-gateway"}
+    assert {d["metadata"]["name"] for d in deployments} == {
+        "memstream-worker",
+        "memstream-worker-extract",
+        "memstream-gateway",
+    }
     for dep in deployments:
         pod = dep["spec"]["template"]
         labels = pod["metadata"]["labels"]
