@@ -10,7 +10,10 @@ In one run, on one server:
    its Postgres row and index point are written by then, so it is recallable;
 3. latency: turns paced at a fixed rate, publish-to-``stored`` per turn, while one client
    sends recall requests back to back (a mixed workload).
-Per-stage busy time and batch sizes come from the worker's stage metrics.
+Per-stage busy time and batch sizes come from the workers' stage metrics. ``--processes``
+picks where the workers run (consumers/bench/pipelines.py): in worker processes beside the
+benchmark, as deployed (the default: one that owns the index, the rest extract/redact
+only), or in the benchmark's own process (0).
 """
 
 from __future__ import annotations
@@ -28,10 +31,11 @@ from typing import Any
 import nats
 
 from memstream.consumers.bench.conversations import DAYS, THINGS, long_text, sessions, turns
-from memstream.consumers.bench.harness import Bench, bench_stack, percentile, progress
+from memstream.consumers.bench.harness import percentile, progress
+from memstream.consumers.bench.pipelines import Counts, in_process, in_processes
 from memstream.consumers.natsconn import nats_options
 from memstream.producers.client import MemoryClient
-from memstream.schemas.subjects import STAGES
+from memstream.schemas.subjects import STAGES, Subjects
 
 QUERIES = [
     "what did we decide about {thing}?",
@@ -112,18 +116,7 @@ async def bare_hop(nc: Any, prefix: str, n: int, size: int) -> dict[str, float]:
     }
 
 
-def stage_snapshot(bench: Bench) -> dict[str, tuple[float, int, int]]:
-    m = bench.worker.deps.metrics
-    return {
-        s: (m[s].active_s, m[s].processed, m[s].batches) if s in m else (0.0, 0, 0) for s in STAGES
-    }
-
-
-def stage_report(
-    before: dict[str, tuple[float, int, int]],
-    after: dict[str, tuple[float, int, int]],
-    elapsed: float,
-) -> dict[str, dict[str, float]]:
+def stage_report(before: Counts, after: Counts, elapsed: float) -> dict[str, dict[str, float]]:
     out = {}
     for s in STAGES:
         busy = after[s][0] - before[s][0]
@@ -141,17 +134,21 @@ def stage_report(
 
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
-    async with bench_stack() as bench:
-        nc = await nats.connect(bench.stack.nats_url, **nats_options(bench.stack.settings))
+    pipeline = in_process() if args.processes == 0 else in_processes(args.processes - 1)
+    async with pipeline as pipe:
+        namespace = pipe.settings.namespace
+        nc = await nats.connect(pipe.nats_url, **nats_options(pipe.settings))
         watch = Watch()
-        subjects = bench.worker.deps.subjects
+        subjects = Subjects(namespace)
         await nc.subscribe(subjects.events(), cb=watch.on_event, pending_msgs_limit=1_000_000)
         clients: dict[str, MemoryClient] = {}
         pool = sessions(args.tenants, args.users, args.sessions)
         for tenant in {s.tenant for s in pool}:
-            clients[tenant] = await bench.client(tenant).connect()
+            clients[tenant] = await MemoryClient(
+                tenant, nats_url=pipe.nats_url, namespace=namespace
+            ).connect()
         try:
-            hop = await bare_hop(nc, f"{bench.settings.namespace}hop", args.hop_messages, 600)
+            hop = await bare_hop(nc, f"{namespace}hop", args.hop_messages, 600)
             print(f"  bare JetStream hop: {hop['msgs_per_s']:,.0f} msgs/s", flush=True)
             run_id = uuid.uuid4().hex[:6]
 
@@ -161,7 +158,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             for i in range(args.turns):
                 per_session.setdefault(i % len(pool), []).append(i)
             plan = turns(args.turns, pool, args.seed, text=long_text, replies=1.0)
-            before = stage_snapshot(bench)
+            before = await pipe.counts()
             started = time.perf_counter()
             published = 0
 
@@ -181,8 +178,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             missing = await watch.all_of(ids, args.timeout)
             last = max((watch.arrived[e] for e in ids if e in watch.arrived), default=started)
             elapsed = last - started
-            await bench.wait_drained(args.timeout)
-            after = stage_snapshot(bench)
+            await pipe.wait_drained(args.timeout)
+            after = await pipe.counts()
             turns_per_s = (args.turns - missing) / elapsed if elapsed > 0 else 0.0
             print(
                 f"  throughput: {args.turns - missing} turns recallable in {elapsed:.1f} s "
@@ -248,16 +245,10 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             for c in clients.values():
                 await c.close()
             await nc.close()
-        fanout = {
-            s: bench.worker.deps.metrics[s].outputs
-            for s in STAGES
-            if s in bench.worker.deps.metrics
-        }
 
     def pcts(xs: list[float], qs: tuple[int, ...]) -> dict[str, float | None]:
         return {f"p{q}": (round(percentile(xs, q), 2) if xs else None) for q in qs}
 
-    total_turns = args.turns + args.paced_turns
     return {
         "turns": args.turns,
         "tenants": args.tenants,
@@ -271,7 +262,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             "missing": missing,
         },
         "stages": stage_report(before, after, elapsed),
-        "candidates_per_turn": round(fanout.get("extract", 0) / total_turns, 2),
+        "processes": pipe.processes,
+        "candidates_per_turn": round((after["extract"][3] - before["extract"][3]) / args.turns, 2),
         "paced": {
             "rate": args.rate,
             "turns": args.paced_turns,
@@ -299,6 +291,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--hop-messages", type=int, default=20000, help="messages for the bare hop")
     p.add_argument("--timeout", type=float, default=600.0, help="seconds to wait for turns")
     p.add_argument("--seed", type=int, default=7)
+    p.add_argument(
+        "--processes",
+        type=int,
+        default=1,
+        help="worker processes: one owns the index, the others run extract and redact; "
+        "0: the workers run inside the benchmark's process",
+    )
 
 
 def main(args: argparse.Namespace) -> int:
@@ -306,7 +305,8 @@ def main(args: argparse.Namespace) -> int:
     t, hop, paced, rec = r["throughput"], r["bare_hop"], r["paced"], r["recall_during_ingest"]
     print(
         f"\nIngest, {r['turns']} turns over {r['tenants']} tenants and {r['sessions']} sessions "
-        f"({r['candidates_per_turn']} candidates per turn)"
+        f"({r['candidates_per_turn']} candidates per turn), "
+        + (f"{r['processes']} worker processes" if r["processes"] else "workers in-process")
     )
     print(f"{'measure':<40} value")
     rows = [

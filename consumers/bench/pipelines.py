@@ -1,0 +1,143 @@
+"""The pipeline an ingest benchmark runs against, and how it reads the stages' counters.
+
+- ``in_process``: the workers in the benchmark's own process, on the embedded stack or the
+  configured services (``bench_stack``); the counters are read from the worker itself. The
+  benchmark's clients then share an event loop with the stages, so a client's latency also
+  holds the time the loop spent on a stage batch.
+- ``in_processes``: as deployed: its own NATS and PostgreSQL, one ``memstream worker``
+  process that owns the Qdrant Edge shard (all roles), and ``extra`` processes running only
+  extract and redact (``--stages extract,redact``); the benchmark is only a client. The
+  counters are the sum of every process's ``<ns>.ops.stats`` answer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import secrets
+import tempfile
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import nats
+
+from memstream.consumers.bench.fleet import EXTRA_STAGES
+from memstream.consumers.bench.harness import bench_stack
+from memstream.consumers.bench.processes import WorkerProcess
+from memstream.consumers.embedded import EmbeddedNats, EmbeddedPostgres
+from memstream.consumers.natsconn import nats_options
+from memstream.consumers.opsstats import answers
+from memstream.consumers.topology import drained
+from memstream.schemas.settings import Settings
+from memstream.schemas.subjects import STAGES, Subjects
+
+# per stage: wall time with a batch in hand (s), messages, batches, outputs
+Counts = dict[str, tuple[float, int, int, int]]
+
+
+@dataclass
+class Pipeline:
+    """What the benchmark needs of the pipeline under test."""
+
+    settings: Settings
+    nats_url: str
+    processes: int  # worker processes (0: the workers run in the benchmark's process)
+    counts: Callable[[], Awaitable[Counts]]
+    is_drained: Callable[[], Awaitable[bool]]
+
+    async def wait_drained(self, limit_s: float) -> float:
+        """Seconds until every stage consumer is empty (checked twice, 100 ms apart)."""
+        started = time.perf_counter()
+        while time.perf_counter() - started < limit_s:
+            if await self.is_drained():
+                await asyncio.sleep(0.1)
+                if await self.is_drained():
+                    return time.perf_counter() - started
+            await asyncio.sleep(0.05)
+        raise TimeoutError(f"ingestion did not finish within {limit_s:.0f} s")
+
+
+@contextlib.asynccontextmanager
+async def in_process() -> AsyncIterator[Pipeline]:
+    async with bench_stack() as bench:
+        metrics = bench.worker.deps.metrics
+
+        async def counts() -> Counts:
+            return {
+                s: (
+                    metrics[s].active_s,
+                    metrics[s].processed,
+                    metrics[s].batches,
+                    metrics[s].outputs,
+                )
+                if s in metrics
+                else (0.0, 0, 0, 0)
+                for s in STAGES
+            }
+
+        yield Pipeline(bench.settings, bench.stack.nats_url, 0, counts, bench.drained)
+
+
+@contextlib.asynccontextmanager
+async def in_processes(extra: int) -> AsyncIterator[Pipeline]:
+    """Servers of its own and ``1 + extra`` worker processes; everything stopped after."""
+    namespace = f"bench{secrets.token_hex(4)}"
+    with tempfile.TemporaryDirectory(prefix="memstream-ingest-") as tmp:
+        base = Path(tmp)
+        with contextlib.ExitStack() as started:
+            nats_server = await asyncio.to_thread(EmbeddedNats.start, base / "nats")
+            started.callback(nats_server.stop)
+            pg_server = await asyncio.to_thread(EmbeddedPostgres.start, base / "postgres")
+            started.callback(pg_server.stop)
+            env = {
+                "MEMSTREAM_NATS_URL": nats_server.url,
+                "MEMSTREAM_DATABASE_URL": pg_server.dsn,
+                "MEMSTREAM_NAMESPACE": namespace,
+                # one key for every process: placeholders must match whichever one redacts
+                "MEMSTREAM_REDACTION_KEY": secrets.token_hex(32),
+            }
+            workers = [WorkerProcess(env, base / "owner", base / "owner.log")] + [
+                WorkerProcess(
+                    env, base / f"extra-{i}", base / f"extra-{i}.log", ["--stages", EXTRA_STAGES]
+                )
+                for i in range(extra)
+            ]
+            for w in workers:
+                started.callback(w.stop)
+                await asyncio.to_thread(w.start)
+            settings = Settings(nats_url=nats_server.url, namespace=namespace)
+            nc = await nats.connect(nats_server.url, **nats_options(settings))
+            try:
+                yield Pipeline(
+                    settings,
+                    nats_server.url,
+                    len(workers),
+                    lambda: _summed(nc, Subjects(namespace).ops("stats"), len(workers)),
+                    lambda: drained(nc.jetstream(), settings),
+                )
+            finally:
+                await nc.close()
+
+
+async def _summed(nc: Any, subject: str, processes: int) -> Counts:
+    """Every process's stage counters, summed (asked again until all ``processes`` answer)."""
+    found: list[dict[str, Any]] = []
+    for _ in range(10):
+        found = await answers(nc, subject, 2.0, None)
+        if len({a.get("worker") for a in found}) >= processes:
+            break
+    else:
+        raise TimeoutError(f"{len(found)} of {processes} worker processes answered ops.stats")
+    out: Counts = {}
+    for s in STAGES:
+        rows = [a.get("stages", {}).get(s) or {} for a in found]
+        out[s] = (
+            sum(float(r.get("active_s", 0.0)) for r in rows),
+            sum(int(r.get("processed", 0)) for r in rows),
+            sum(int(r.get("batches", 0)) for r in rows),
+            sum(int(r.get("outputs", 0)) for r in rows),
+        )
+    return out
