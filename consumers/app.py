@@ -23,7 +23,8 @@ from pydantic import ValidationError
 
 from memstream.consumers import deletions, indexing, opsstats, topology
 from memstream.consumers.auth import Authenticator
-from memstream.consumers.batching import BATCH_STAGES, BatchRunner, PullLoops
+from memstream.consumers.batch_stages import BATCH_STAGES
+from memstream.consumers.batching import BatchRunner, PullLoops
 from memstream.consumers.busauth import safe_reply
 from memstream.consumers.cache import RecallCache
 from memstream.consumers.commands import CommandService

@@ -20,34 +20,18 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
-from collections.abc import Set as AbstractSet
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
-from memstream.consumers import indexing
 from memstream.consumers.logs import log
-from memstream.consumers.offload import offload
-from memstream.consumers.outage import Backoff, is_outage
+from memstream.consumers.outage import Backoff, hold
 from memstream.consumers.stages import (
-    STAGE_WORK,
     Deps,
     StageRunner,
     Work,
-    _redact_candidate,
-    decode,
-    event_of,
 )
-from memstream.pipeline import dedupe, lifecycle, llm_extract
-from memstream.pipeline.extract import extract
-from memstream.pipeline.lexical import dated
-from memstream.pipeline.plan import Action, plan
-from memstream.schemas.errors import InvalidMessage, PermanentError, TransientError
-from memstream.schemas.events import TurnEvent
-from memstream.schemas.ids import owner_key
-from memstream.schemas.memory import SHARED_SCOPES, Candidate, MemoryEvent
-from memstream.schemas.subjects import msg_id
-from memstream.storage.ports import VectorFilter
+from memstream.schemas.errors import PermanentError
 
 T = TypeVar("T")
 
@@ -136,242 +120,15 @@ class BatchRunner(StageRunner):
             m.leave()
 
     async def _attempt_batch(self, good: list[tuple[One, Any]]) -> int:
-        """The batch call, held and tried again while the error is an outage (as
-        ``StageRunner._attempt`` does for one message)."""
-        budget = self.deps.settings.stage.outage_hold_s
-        backoff = Backoff()
-        held = 0.0
+        """The batch call, held through an outage as ``StageRunner._attempt`` holds one
+        message, every message's ack deadline renewed."""
         values = [v for _, v in good]
-        while True:
-            try:
-                return await self.stage.work(self.deps, values)
-            except Exception as exc:
-                if not is_outage(exc) or held >= budget:
-                    raise
-                pause = backoff.next()
-                if held == 0.0:
-                    log.warning("stage.outage_hold", stage=self.name, reason=type(exc).__name__)
-                self.metrics.held += 1
-                self.metrics.last_error = f"outage: {type(exc).__name__}"
-                await asyncio.sleep(pause)
-                held += pause
-                with contextlib.suppress(Exception):  # NATS itself may be the one away
-                    await asyncio.gather(*(msg.in_progress() for msg, _ in good))
-
-
-# --- the four stages over a batch ------------------------------------------------------------
-
-
-def decode_turn(deps: Deps, body: bytes, subject: str) -> TurnEvent:
-    event = decode(TurnEvent, body)
-    if why := deps.subjects.turn_mismatch(subject, event.tenant, event.owner, event.session):
-        raise InvalidMessage(why)
-    return event
-
-
-def candidate_on(stage: str) -> Decode[Candidate]:
-    def decode_candidate(deps: Deps, body: bytes, subject: str) -> Candidate:
-        c = decode(Candidate, body)
-        if why := deps.subjects.stage_mismatch(subject, stage, c.owner.tenant):
-            raise InvalidMessage(why)
-        if stage != "redact" and not c.redacted:
-            raise PermanentError(f"candidate reached {stage} without passing redact")
-        return c
-
-    return decode_candidate
-
-
-async def _forward(deps: Deps, stage: str, cands: Sequence[Candidate]) -> None:
-    """Publish candidates to the next stage, pipelined (in order); returns once every PubAck
-    arrived."""
-    await deps.publish_many(
-        [
-            (
-                deps.subjects.stage(stage, c.owner.tenant),
-                c,
-                msg_id(c.owner.tenant, f"{stage}:{c.candidate_id}"),
-            )
-            for c in cands
-        ]
-    )
-
-
-async def _emit_all(deps: Deps, events: Sequence[tuple[MemoryEvent, str, bool]]) -> None:
-    """``Deps.emit`` for a batch: each owner's recall cache bumped once, events pipelined."""
-    if deps.cache is not None:
-        owners = {(e.tenant, e.user, e.agent, shared) for e, _, shared in events}
-        for tenant, user, agent, shared in owners:
-            await deps.cache.bump(tenant, user, agent, shared)
-    await deps.publish_many(
-        [
-            (deps.subjects.events(e.tenant), e, f"{e.kind}:{e.memory_id or '-'}:{cause}")
-            for e, cause, _ in events
-        ]
-    )
-
-
-async def _reindex(
-    deps: Deps,
-    keys: Sequence[tuple[str, str]],
-    followers: AbstractSet[str] = frozenset(),
-    known: Mapping[str, Sequence[float]] | None = None,
-) -> None:
-    """(Re)build the index points of these memories from their rows, in one read, one
-    embedding call (none for the ``known`` vectors) and one upsert; left to the reconciler
-    when a store is away."""
-    try:
-        rows = await deps.pg.memories_by_id(list(dict.fromkeys(keys)))
-        await indexing.index(
-            deps.pg, deps.vectors, deps.embedder, list(rows.values()), followers, known
+        return await hold(
+            lambda: self.stage.work(self.deps, values),
+            self.deps.settings.stage.outage_hold_s,
+            lambda: asyncio.gather(*(msg.in_progress() for msg, _ in good)),
+            self._held,
         )
-    except TransientError as exc:
-        log.warning("store.vector_deferred", count=len(keys), reason=str(exc))
-        deps.index_behind.set()  # the maintenance loop indexes them once the index answers
-
-
-async def extract_batch(deps: Deps, events: list[TurnEvent]) -> int:
-    keys = [(e.tenant, owner_key(e.user, e.agent), e.session) for e in events]
-    off = await deps.pg.memory_off_among(list(set(keys)))
-    out: list[Candidate] = []
-    for event, k in zip(events, keys, strict=True):
-        if k in off:
-            continue  # memory is off for this session: the turn is consumed, nothing is stored
-        size = sum(len(m.content) for m in event.messages)
-        candidates = await offload(size, extract, event)
-        if deps.llm is not None and candidates:
-            candidates = llm_extract.complement(candidates, await deps.llm.candidates(event))
-        out.extend(candidates)
-    await _forward(deps, "redact", out)
-    return len(out)
-
-
-async def redact_batch(deps: Deps, cands: list[Candidate]) -> int:
-    metrics = deps.metrics["redact"].redactions
-    out = []
-    for c in cands:
-        size = len(c.content) + sum(len(str(v)) for v in c.metadata.values())
-        r = await offload(size, _redact_candidate, deps, c)
-        for label, n in r.redactions.items():
-            metrics[label] = metrics.get(label, 0) + n
-        out.append(r)
-    await _forward(deps, "dedupe", out)
-    return len(out)
-
-
-async def dedupe_batch(deps: Deps, cands: list[Candidate]) -> int:
-    keyed = [dedupe.key(c) for c in cands]
-    existing = await deps.pg.existing([(k.candidate.owner.tenant, k.memory_id) for k in keyed])
-    fresh = [
-        i for i, k in enumerate(keyed) if (k.candidate.owner.tenant, k.memory_id) not in existing
-    ]
-    neighbours: dict[int, list[tuple[str, float, str]]] = {}
-    vectors: list[list[float]] = []
-    if fresh:
-        vectors = deps.embedder.embed(
-            [dated(cands[i].content, cands[i].occurred_at) for i in fresh]
-        )
-        now = deps.clock().timestamp()
-        queries = [
-            (
-                vector,
-                VectorFilter(
-                    tenant=cands[i].owner.tenant,
-                    user=cands[i].owner.user,
-                    agent=cands[i].owner.agent,
-                    types=(cands[i].type,),
-                    now=now,
-                ),
-            )
-            for i, vector in zip(fresh, vectors, strict=True)
-        ]
-        try:
-            found = await deps.vectors.search_many(queries, 3)
-            for i, hits in zip(fresh, found, strict=True):
-                neighbours[i] = [(mid, s, str(r.get("text", ""))) for mid, s, r in hits]
-        except TransientError as exc:  # index down: exact dedupe only; store keeps it unindexed
-            log.warning("dedupe.near_check_skipped", reason=type(exc).__name__)
-            neighbours = {}
-    decisions = plan(keyed, existing, neighbours, deps.settings.near_duplicate_similarity)
-    exact = [d for d in decisions if d.action is Action.MERGE]
-    if exact:  # merge the source events
-        await deps.pg.upsert_many(
-            [(d.target, d.keyed.content_hash, d.keyed.candidate) for d in exact]
-        )
-    near = [d for d in decisions if d.action is Action.NEAR_MERGE]
-    near_ok = await deps.pg.merge_many(
-        [
-            (d.keyed.candidate.owner.tenant, d.target, d.keyed.candidate.source_event_id)
-            for d in near
-        ]
-    )
-    # a near-duplicate whose target went since the search (forgotten, expired) is stored anew
-    gone = {id(d) for d, ok in zip(near, near_ok, strict=True) if not ok}
-    merged = exact + [d for d, ok in zip(near, near_ok, strict=True) if ok]
-    forward: list[Candidate] = []
-    carried = dict(zip(fresh, vectors, strict=True))
-    for i, d in enumerate(decisions):
-        if d.action is Action.INSERT or id(d) in gone:
-            c = d.keyed.candidate
-            if i in carried:  # the store stage indexes this vector instead of embedding again
-                c = c.model_copy(update={"vector": carried[i]})
-            forward.append(c)
-    if merged:
-        await _reindex(deps, [(d.keyed.candidate.owner.tenant, d.target) for d in merged])
-        at = deps.clock()
-        await _emit_all(
-            deps,
-            [
-                (
-                    event_of(d.keyed.candidate, "merged", d.target, at),
-                    d.keyed.candidate.source_event_id,
-                    d.keyed.candidate.scope in SHARED_SCOPES,
-                )
-                for d in merged
-            ],
-        )
-    await _forward(deps, "store", forward)
-    return len(forward)
-
-
-async def store_batch(deps: Deps, cands: list[Candidate]) -> int:
-    now = deps.clock()
-    ready = []
-    for c in cands:
-        expires = lifecycle.expires_at(c, now, deps.settings.ttl_s)
-        ready.append(c if expires == c.expires_at else c.model_copy(update={"expires_at": expires}))
-    keyed = [dedupe.key(c) for c in ready]
-    inserted = await deps.pg.upsert_many(
-        [(k.memory_id, k.content_hash, k.candidate) for k in keyed]
-    )
-    new_ids = {k.memory_id for k, new in zip(keyed, inserted, strict=True) if new}
-    # a carried vector is that of the candidate's text: it is the row's only when inserted
-    known: dict[str, Sequence[float]] = {
-        k.memory_id: k.candidate.vector
-        for k, new in zip(keyed, inserted, strict=True)
-        if new and k.candidate.vector is not None
-    }
-    await _reindex(deps, [(k.candidate.owner.tenant, k.memory_id) for k in keyed], new_ids, known)
-    at = deps.clock()
-    await _emit_all(
-        deps,
-        [
-            (
-                event_of(k.candidate, "stored" if new else "merged", k.memory_id, at),
-                k.candidate.source_event_id,
-                k.candidate.scope in SHARED_SCOPES,
-            )
-            for k, new in zip(keyed, inserted, strict=True)
-        ],
-    )
-    return len(keyed)
-
-
-BATCH_STAGES: dict[str, BatchStage[Any]] = {
-    "extract": BatchStage(decode_turn, extract_batch, STAGE_WORK["extract"]),
-    "redact": BatchStage(candidate_on("redact"), redact_batch, STAGE_WORK["redact"]),
-    "dedupe": BatchStage(candidate_on("dedupe"), dedupe_batch, STAGE_WORK["dedupe"]),
-    "store": BatchStage(candidate_on("store"), store_batch, STAGE_WORK["store"]),
-}
 
 
 class PullLoops:

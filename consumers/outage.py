@@ -11,12 +11,18 @@ See docs/topology.md ("Outages and retries").
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import random
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
 
 import nats.errors
 import nats.js.errors
 
 from memstream.schemas.errors import StorageUnavailable
+
+T = TypeVar("T")
 
 OUTAGES: tuple[type[BaseException], ...] = (
     StorageUnavailable,  # Postgres or the vector index did not answer (translated at the edge)
@@ -59,3 +65,29 @@ class Backoff:
 
     def reset(self) -> None:
         self.step = self.first
+
+
+async def hold(
+    attempt: Callable[[], Awaitable[T]],
+    budget_s: float,
+    renew: Callable[[], Awaitable[object]],
+    on_hold: Callable[[BaseException, bool], None],
+) -> T:
+    """``attempt``, tried again while it fails with an outage and ``budget_s`` lasts: each
+    pause (``Backoff``) is reported to ``on_hold`` (the error, and whether it is the first)
+    and followed by ``renew`` (the messages' ack deadline). Any other error, or an outage
+    past the budget, is raised."""
+    backoff = Backoff()
+    held = 0.0
+    while True:
+        try:
+            return await attempt()
+        except Exception as exc:
+            if not is_outage(exc) or held >= budget_s:
+                raise
+            on_hold(exc, held == 0.0)
+            pause = backoff.next()
+            await asyncio.sleep(pause)
+            held += pause
+            with contextlib.suppress(Exception):  # NATS itself may be the one away
+                await renew()

@@ -13,7 +13,6 @@ Every handler follows one contract (``StageRunner``):
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
@@ -29,7 +28,7 @@ from memstream.consumers.extractors import LlmExtractor
 from memstream.consumers.logs import log
 from memstream.consumers.metrics import WorkerMetrics, category_of
 from memstream.consumers.offload import offload
-from memstream.consumers.outage import Backoff, is_outage
+from memstream.consumers.outage import Backoff, hold, is_outage
 from memstream.pipeline import dedupe, lifecycle, llm_extract
 from memstream.pipeline.extract import extract
 from memstream.pipeline.lexical import dated
@@ -202,29 +201,20 @@ class StageRunner:
             log.debug("stage.done", stage=self.name, subject=raw.subject, outputs=outputs)
 
     async def _attempt(self, msg: Any) -> int:
-        """The work, tried again every 0.5-2 s while the error is an outage (consumers/outage.py)
-        and the hold budget lasts; the ack deadline is renewed before each try, so the retries
-        use no delivery."""
-        budget = self.deps.settings.stage.outage_hold_s
-        backoff = Backoff()
-        held = 0.0
-        while True:
-            try:
-                return await self.work(self.deps, msg.body, msg.raw_message.subject)
-            except PermanentError:
-                raise
-            except Exception as exc:
-                if not is_outage(exc) or held >= budget:
-                    raise
-                pause = backoff.next()
-                if held == 0.0:
-                    log.warning("stage.outage_hold", stage=self.name, reason=type(exc).__name__)
-                self.metrics.held += 1
-                self.metrics.last_error = f"outage: {type(exc).__name__}"
-                await asyncio.sleep(pause)
-                held += pause
-                with contextlib.suppress(Exception):  # NATS itself may be the one away
-                    await msg.in_progress()
+        """The work, held through an outage (consumers/outage.py): the ack deadline is renewed
+        before each try, so the retries use no delivery."""
+        return await hold(
+            lambda: self.work(self.deps, msg.body, msg.raw_message.subject),
+            self.deps.settings.stage.outage_hold_s,
+            msg.in_progress,
+            self._held,
+        )
+
+    def _held(self, exc: BaseException, first: bool) -> None:
+        if first:
+            log.warning("stage.outage_hold", stage=self.name, reason=type(exc).__name__)
+        self.metrics.held += 1
+        self.metrics.last_error = f"outage: {type(exc).__name__}"
 
     async def _retry(
         self,

@@ -5,6 +5,8 @@ For each candidate of a dedupe batch, in order, one of:
   its source event is folded into that memory;
 - ``near_merge``: close in meaning and in words to a live same-owner memory
   (``dedupe.near_duplicate``): folded into that one instead of stored anew;
+- ``refold``: folded into a memory on an earlier try (a redelivery): nothing is decided
+  again, since the near-duplicate check depends on an index that may be away this time;
 - ``skip``: the same candidate (same candidate id) appeared earlier in the batch, a
   redelivery beside its first copy: the first one carries it;
 - ``insert``: new; it goes on to the store stage (an exact duplicate of an earlier candidate
@@ -27,6 +29,7 @@ class Action(StrEnum):
     INSERT = "insert"
     MERGE = "merge"
     NEAR_MERGE = "near_merge"
+    REFOLD = "refold"
     SKIP = "skip"
 
 
@@ -45,13 +48,16 @@ def plan(
     existing: Collection[tuple[str, str]],
     neighbours: Mapping[int, Sequence[Neighbour]],
     min_similarity: float,
+    folded: Mapping[int, str] | None = None,
 ) -> list[Decision]:
     """One decision per candidate of ``batch``, in order.
 
     ``existing``: the (tenant, memory id) pairs of the batch that are live memories;
     ``neighbours``: by position in ``batch``, the nearest same-owner, same-type memories found
     for the candidates that are not exact duplicates (absent: none were looked for, e.g. the
-    vector index was down)."""
+    vector index was down); ``folded``: by position, the memory an earlier try folded the
+    candidate into."""
+    folded = folded or {}
     out: list[Decision] = []
     seen: set[str] = set()
     for i, k in enumerate(batch):
@@ -62,6 +68,9 @@ def plan(
         seen.add(c.candidate_id)
         if (c.owner.tenant, k.memory_id) in existing:
             out.append(Decision(Action.MERGE, k, k.memory_id))
+            continue
+        if i in folded:
+            out.append(Decision(Action.REFOLD, k, folded[i]))
             continue
         similar = near_duplicate(c.content, neighbours.get(i, ()), k.memory_id, min_similarity)
         if similar is not None:

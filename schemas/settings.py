@@ -19,9 +19,9 @@ class StageSettings(BaseModel):
     batch_size: int = Field(default=64, ge=1, le=1000)
     # each stage handles its pull batch as one unit (docs/ingest.md); false: one message at a
     # time through faststream subscribers, the path before batching
-    # Batches are opt-in until they record near-duplicate folds per candidate as the
-    # single-message path does (a redelivered fold must not become a second memory)
-    batched: bool = False
+    # Each stage takes its pull batch as one unit (consumers/batching.py); false: one message
+    # per handler call, the path a batch falls back to for a message that fails within it
+    batched: bool = True
     # ~13 minutes of an outage ride through retries before a message is dead-lettered
     retry_delays_s: list[float] = Field(default_factory=lambda: [1.0, 5.0, 30.0, 120.0, 300.0])
     # An outage (a server away, consumers/outage.py) holds the message and retries it every

@@ -470,16 +470,21 @@ class PgStore:
         return inserted
 
     async def _events(
-        self, con: Any, events: Sequence[tuple[str, str | None, str, str, dict[str, Any]]]
+        self,
+        con: Any,
+        events: Sequence[tuple[str, str | None, str, str, dict[str, Any]]],
+        keys: Sequence[str | None] = (),
     ) -> None:
-        """``_event`` for many audit rows (tenant, memory id, kind, cause, detail), pipelined."""
+        """``_event`` for many audit rows (tenant, memory id, kind, cause, detail), pipelined;
+        ``keys``, when given, one per row, as ``_event``'s ``key``."""
         now = self.clock()
+        keyed = list(keys) or [None] * len(events)
         await con.executemany(
             "INSERT INTO memory_events (event_key, tenant, memory_id, kind, at, detail) "
             "VALUES ($1, $2, $3, $4, $5, $6::jsonb) ON CONFLICT (event_key) DO NOTHING",
             [
-                (f"{kind}:{mid or '-'}:{cause}", tenant, mid, kind, now, json.dumps(detail))
-                for tenant, mid, kind, cause, detail in events
+                (key or f"{kind}:{mid or '-'}:{cause}", tenant, mid, kind, now, json.dumps(detail))
+                for (tenant, mid, kind, cause, detail), key in zip(events, keyed, strict=True)
             ],
         )
 
@@ -588,9 +593,10 @@ class PgStore:
                 ],
             )
 
-    async def merge_many(self, merges: Sequence[tuple[str, str, str]]) -> list[bool]:
-        """``merge`` for many (tenant, memory id, source event id), in one transaction, the
-        statements pipelined and run in order: True for each that found its live memory."""
+    async def merge_many(self, merges: Sequence[tuple[str, str, str, str]]) -> list[bool]:
+        """``merge`` for many (tenant, memory id, source event id, candidate id), in one
+        transaction, the statements pipelined and run in order: True for each that found its
+        live memory. Each fold is recorded under its candidate id, as ``merge`` does."""
         if not merges:
             return []
         async with self._transaction() as con:
@@ -601,23 +607,18 @@ class PgStore:
                 "WHERE id = $1 AND tenant = $2 AND deleted_at IS NULL RETURNING $5::int AS i",
                 [
                     (mid, tenant, src, self.clock(), i)
-                    for i, (tenant, mid, src) in enumerate(merges)
+                    for i, (tenant, mid, src, _) in enumerate(merges)
                 ],
             )
             done = {r["i"] for r in rows}
+            folds = [m for i, m in enumerate(merges) if i in done]
             await self._events(
                 con,
                 [
-                    (
-                        tenant,
-                        mid,
-                        "merged",
-                        src,
-                        {"source_event_id": src, "near_duplicate": True},
-                    )
-                    for i, (tenant, mid, src) in enumerate(merges)
-                    if i in done
+                    (tenant, mid, "merged", src, {"source_event_id": src, "near_duplicate": True})
+                    for tenant, mid, src, _ in folds
                 ],
+                [_fold_key(cid) for *_, cid in folds],
             )
         return [i in done for i in range(len(merges))]
 
@@ -660,6 +661,20 @@ class PgStore:
             tenant,
         )
         return str(rows[0]["id"]) if rows else None
+
+    async def folded_among(self, pairs: Sequence[tuple[str, str]]) -> dict[tuple[str, str], str]:
+        """``folded_into`` for many (tenant, candidate id), in one read: the folded ones only."""
+        if not pairs:
+            return {}
+        rows = await self._fetch(
+            "SELECT e.tenant, e.event_key, e.memory_id::text AS id FROM memory_events e "
+            "JOIN unnest($1::text[], $2::text[]) AS p(tenant, key) "
+            "ON e.event_key = p.key AND e.tenant = p.tenant",
+            [t for t, _ in pairs],
+            [_fold_key(c) for _, c in pairs],
+        )
+        by_key = {(str(r["tenant"]), str(r["event_key"])): str(r["id"]) for r in rows}
+        return {(t, c): by_key[(t, _fold_key(c))] for t, c in pairs if (t, _fold_key(c)) in by_key}
 
     async def session_contexts(
         self, memories: Sequence[MemoryRecord], turns: int = 2

@@ -59,8 +59,9 @@ class Running:
 
 @pytest.fixture
 def stage_batched() -> bool:
-    """Whether the worker's stages take their pull batch as one unit (a module overrides it)."""
-    return False
+    """Whether the worker's stages take their pull batch as one unit, as by default (a module
+    overrides it to run the single-message path)."""
+    return True
 
 
 @pytest.fixture

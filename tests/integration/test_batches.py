@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from memstream.consumers.batching import BATCH_STAGES, BatchRunner
+from memstream.consumers.batch_stages import BATCH_STAGES
+from memstream.consumers.batching import BatchRunner
 from memstream.consumers.dlq import dead_letters
 from memstream.schemas.memory import Candidate, Owner
 from memstream.schemas.subjects import DLQ_REASON_HEADER, MSG_ID_HEADER, msg_id
@@ -30,12 +31,6 @@ def candidate(i: int, content: str) -> Candidate:
         occurred_at=AT + timedelta(seconds=i),
         redacted=True,
     )
-
-
-@pytest.fixture
-def stage_batched() -> bool:
-    """These tests run the worker with batched stages."""
-    return True
 
 
 async def test_poison_message_is_isolated_from_its_batch(running) -> None:

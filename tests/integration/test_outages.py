@@ -14,6 +14,7 @@ import nats
 import pytest
 
 from memstream.consumers.app import Worker
+from memstream.consumers.batch_stages import dedupe_batch, store_batch
 from memstream.consumers.embedded import EmbeddedNats, EmbeddedPostgres
 from memstream.consumers.run import make_vector_index
 from memstream.consumers.stages import _redact_candidate, dedupe_work, store_work
@@ -192,22 +193,24 @@ async def _count(pg: PgStore, flt: OwnerFilter, n: int) -> bool:
     return len(await pg.list_memories(flt)) >= n
 
 
+@pytest.mark.parametrize("batched", [True, False], ids=["batched", "single"])
 async def test_postgres_outage_is_retried_in_place_without_using_deliveries(
     own_postgres: EmbeddedPostgres,
     nats_url: str,
     namespace: str,
     tmp_path: Path,
     embedder: Embedder,
+    batched: bool,
 ) -> None:
     """A turn published while Postgres is down is stored within seconds of its return, with
     no redelivery and no dead letter, though the retry schedule for other errors starts at
-    60 s and max_deliver is 2."""
+    60 s and max_deliver is 2, on either stage path."""
     store = await PgStore.connect(own_postgres.dsn, schema="outage")
     settings = Settings(
         nats_url=nats_url,
         namespace=namespace,
         state_dir=tmp_path / "state",
-        stage=StageSettings(max_deliver=2, ack_wait_s=5, retry_delays_s=[60.0]),
+        stage=StageSettings(max_deliver=2, ack_wait_s=5, retry_delays_s=[60.0], batched=batched),
     )
     worker = await _worker(settings, store, embedder)
     try:
@@ -285,18 +288,25 @@ NEAR = (
 )
 
 
+@pytest.mark.parametrize("batched", [False, True], ids=["single", "batched"])
 async def test_a_redelivered_near_duplicate_is_not_stored_twice(
-    pg: PgStore, nats_url: str, namespace: str, tmp_path: Path, embedder: Embedder
+    pg: PgStore,
+    nats_url: str,
+    namespace: str,
+    tmp_path: Path,
+    embedder: Embedder,
+    batched: bool,
 ) -> None:
     """A candidate folded into a near duplicate and delivered again while the index is away
     (so no near-duplicate check can run) is not stored as a memory of its own, neither by the
-    dedupe stage nor by a store message that an earlier try had sent."""
+    dedupe stage nor by a store message that an earlier try had sent, on either stage path."""
     flag = tmp_path / "index-offline"
     settings = Settings(
         nats_url=nats_url,
         namespace=namespace,
         state_dir=tmp_path / "state",
         fault_vector_offline_file=flag,
+        stage=StageSettings(batched=batched),
     )
     worker = await _worker(settings, pg, embedder)
     flt = OwnerFilter(tenant="acme", user="ola")
@@ -312,11 +322,16 @@ async def test_a_redelivered_near_duplicate_is_not_stored_twice(
         ]
         assert NEAR[0] in folded.content  # folded into the first turn's episode
         episode = next(c for c in extract(second) if c.type is MemoryType.EPISODE)
-        body = _redact_candidate(worker.deps, episode).model_dump_json().encode()
+        redacted = _redact_candidate(worker.deps, episode)
+        body = redacted.model_dump_json().encode()
         subjects = worker.deps.subjects
         flag.touch()  # the index is away on the next try
-        assert await dedupe_work(worker.deps, body, subjects.stage("dedupe", "acme")) == 0
-        assert await store_work(worker.deps, body, subjects.stage("store", "acme")) == 0
+        if batched:
+            assert await dedupe_batch(worker.deps, [redacted]) == 0
+            assert await store_batch(worker.deps, [redacted]) == 0
+        else:
+            assert await dedupe_work(worker.deps, body, subjects.stage("dedupe", "acme")) == 0
+            assert await store_work(worker.deps, body, subjects.stage("store", "acme")) == 0
         flag.unlink()
         assert await _episodes_of(pg, flt, second.event_id, 1)
         assert sum(m.type is MemoryType.EPISODE for m in await pg.list_memories(flt)) == 1

@@ -15,6 +15,14 @@ from memstream.schemas.subjects import DLQ_REASON_HEADER, DLQ_STAGE_HEADER
 
 pytestmark = pytest.mark.integration
 
+
+@pytest.fixture(params=[True, False], ids=["batched", "single"])
+def stage_batched(request: pytest.FixtureRequest) -> bool:
+    """Every end-to-end test runs on both stage paths: batches (the default) and one message
+    per handler call (what a batch falls back to)."""
+    return bool(request.param)
+
+
 # (fact a user states, a paraphrased question about it), with a per-tenant variant value.
 FACTS = [
     (
