@@ -46,24 +46,24 @@ async def remember(deps: Deps, r: RememberRequest) -> Remembered:
     k = dedupe.key(c)
     tenant = c.owner.tenant
     existing = await deps.pg.existing([(tenant, k.memory_id)])
-    if not existing and (earlier := await _folded_before(deps, c)) is not None:
-        done = Remembered(earlier, c, inserted=False, folded=True)
-        vector = None
-    else:
-        vector, near = (None, {}) if existing else await _neighbours(deps, c)
-        d = plan(
-            [k],
-            existing=existing,
-            neighbours=near,
-            min_similarity=deps.settings.near_duplicate_similarity,
-        )[0]
-        if d.action is Action.NEAR_MERGE and await deps.pg.merge(
-            tenant, d.target, c.source_event_id, c.candidate_id
-        ):
-            done = Remembered(d.target, c, inserted=False, folded=True)
-        else:  # new, an exact duplicate, or a near duplicate whose target went since the search
-            inserted = await deps.pg.upsert(k.memory_id, k.content_hash, c)
-            done = Remembered(k.memory_id, c, inserted=inserted, folded=False)
+    earlier = None if existing else await _folded_before(deps, c)
+    vector, near = (None, {}) if existing or earlier else await _neighbours(deps, c)
+    d = plan(
+        [k],
+        existing=existing,
+        neighbours=near,
+        min_similarity=deps.settings.near_duplicate_similarity,
+        folded={0: earlier} if earlier else None,
+    )[0]
+    # a refold (remembered and folded before) writes nothing; a near duplicate is folded now
+    if d.action is Action.REFOLD or (
+        d.action is Action.NEAR_MERGE
+        and await deps.pg.merge(tenant, d.target, c.source_event_id, c.candidate_id)
+    ):
+        done = Remembered(d.target, c, inserted=False, folded=True)
+    else:  # new, an exact duplicate, or a near duplicate whose target went since the search
+        inserted = await deps.pg.upsert(k.memory_id, k.content_hash, c)
+        done = Remembered(k.memory_id, c, inserted=inserted, folded=False)
     if c.pinned:
         await deps.pg.set_pinned(OwnerFilter(tenant=tenant), done.memory_id, True)
     await _index(deps, done, vector)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import socket
+from typing import Any
 
 import nats
 
@@ -18,14 +19,14 @@ NEAR = (
 GHP = "ghp_0123456789abcdefghijABCDEFGHIJ012345"
 
 
-async def _events(running, tenant: str) -> list[dict]:
+async def _events(running, tenant: str) -> list[dict[str, Any]]:
     """Every event published on mem.events.<tenant> so far."""
     s = running.worker.deps.subjects
     nc = await nats.connect(running.nats_url)
     try:
         js = nc.jetstream()
         sub = await js.pull_subscribe(s.events(tenant), stream=s.stream("events"))
-        out: list[dict] = []
+        out: list[dict[str, Any]] = []
         while True:
             try:
                 msgs = await sub.fetch(100, timeout=1)
