@@ -46,8 +46,9 @@ async def remember(deps: Deps, r: RememberRequest) -> Remembered:
     k = dedupe.key(c)
     tenant = c.owner.tenant
     existing = await deps.pg.existing([(tenant, k.memory_id)])
-    earlier = None if existing else await _folded_before(deps, c)
-    vector, near = (None, {}) if existing or earlier else await _neighbours(deps, c)
+    fold = r.fold_near_duplicates and not existing
+    earlier = await _folded_before(deps, c) if fold else None
+    vector, near = await _neighbours(deps, c) if fold and not earlier else (None, {})
     d = plan(
         [k],
         existing=existing,

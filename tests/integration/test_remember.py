@@ -101,8 +101,9 @@ async def test_a_fold_is_found_again_while_the_index_is_away(running, embedder) 
 
 
 async def test_remember_folds_only_within_one_owner_and_scope(running) -> None:
-    """The same near duplicate by another owner, or in another scope of the same owner, is a
-    memory of its own: a fold never crosses an owner or changes how long a memory lives."""
+    """The same near duplicate by another owner, in another scope of the same owner, or sent
+    with fold_near_duplicates=False, is a memory of its own: a fold never crosses an owner or
+    changes how long a memory lives, and a caller that keys its items can keep them apart."""
     async with running.client("acme", user="ola") as ola, running.client("acme", user="per") as per:
         kept = await ola.remember(NEAR[0])
         theirs = await per.remember(NEAR[1])
@@ -110,6 +111,11 @@ async def test_remember_folds_only_within_one_owner_and_scope(running) -> None:
         assert len({kept.id, theirs.id, session.id}) == 3
         assert session.content == NEAR[1] and session.expires_at is not None
         assert len((await ola.list_memories()).memories) == 2
+    async with running.client("acme", user="quy") as quy:
+        first = await quy.remember(NEAR[0])
+        apart = await quy.remember(NEAR[1], fold_near_duplicates=False)
+        assert apart.content == NEAR[1] and apart.id != first.id
+        assert len((await quy.list_memories()).memories) == 2
 
 
 async def test_a_remembered_secret_is_redacted_everywhere(running) -> None:
