@@ -4,13 +4,11 @@ recorded; against real NATS, Postgres and Qdrant Edge."""
 from __future__ import annotations
 
 import json
-import socket
 from typing import Any
 
 import nats
 
 from memstream.storage.postgres import OwnerFilter
-from memstream.storage.qdrant_server import ServerVectorIndex
 
 NEAR = (
     "I keep the spare house key under the blue flower pot by the door",
@@ -58,36 +56,18 @@ async def test_remember_folds_a_near_duplicate_instead_of_storing_it_twice(runni
     assert published == [("stored", first.id), ("merged", first.id)]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-async def test_a_fold_is_found_again_while_the_index_is_away(running, embedder) -> None:
+async def test_a_fold_is_found_again_while_the_index_is_away(running) -> None:
     """With the vector index away (no near-duplicate check can run), remembering a folded text
     again still answers with the memory it was folded into and stores nothing; a new text is
     kept in Postgres unindexed, and indexed once the index is back."""
-    w = running.worker
-    live = w.deps.vectors
-    down = ServerVectorIndex(
-        url=f"http://127.0.0.1:{_free_port()}",
-        timeout=1,
-        check_compatibility=False,
-        dim=embedder.dim,
-    )
     flt = OwnerFilter(tenant="acme", user="ola")
     async with running.client("acme", user="ola") as mem:
         first = await mem.remember(NEAR[0])
         folded = (await mem.command("remember", content=NEAR[1])).memory
         assert folded is not None and folded.id == first.id
-        w.vectors = w.deps.vectors = w.recall.vectors = w.commands.deps.vectors = down
-        try:
+        async with running.index_away():
             again = await mem.command("remember", content=NEAR[1])
             fresh = await mem.remember("the boiler is serviced every October")
-        finally:
-            w.vectors = w.deps.vectors = w.recall.vectors = w.commands.deps.vectors = live
-            await down.close()
         assert again.memory is not None and again.memory.id == first.id
         assert again.detail == {"duplicate": True, "near_duplicate": True}
         assert not fresh.indexed
