@@ -7,8 +7,11 @@ import json
 from typing import Any
 
 import nats
+import pytest
 
 from memstream.storage.postgres import OwnerFilter
+
+pytestmark = pytest.mark.integration
 
 NEAR = (
     "I keep the spare house key under the blue flower pot by the door",
