@@ -27,8 +27,9 @@ from nats.js.api import ConsumerConfig, DeliverPolicy
 from pydantic import ValidationError
 
 from memstream.schemas.commands import VERBS, CommandReply
-from memstream.schemas.errors import ErrorReply
+from memstream.schemas.errors import ErrorReply, describe
 from memstream.schemas.memory import MemoryEvent
+from memstream.schemas.owners import tenant_of
 from memstream.schemas.recall import RecallReply, RecallRequest
 from memstream.schemas.settings import Settings
 
@@ -306,7 +307,7 @@ class ConsoleBackend:
         self, headers: dict[str, str] | None, data: bytes, seq: int, at: datetime, reason: str
     ) -> DeadLetter:
         h = headers or {}
-        tenant = _tenant_of(data)
+        tenant = tenant_of(data)
         return DeadLetter(
             seq=seq,
             stage=h.get(DLQ_STAGE_HEADER, "?"),
@@ -329,10 +330,7 @@ class ConsoleBackend:
             return []
         msgs = (await self._read(s.dlq(stage), s.stream("dlq"), limit=10_000))[-limit:]
         reasons = await self.redact(
-            [
-                (_tenant_of(m.data or b""), (m.headers or {}).get(DLQ_REASON_HEADER, ""))
-                for m in msgs
-            ]
+            [(tenant_of(m.data or b""), (m.headers or {}).get(DLQ_REASON_HEADER, "")) for m in msgs]
         )
         out = [
             self._dead_letter(
@@ -351,7 +349,7 @@ class ConsoleBackend:
             ) from exc
         data = raw.data or b""
         reason = (raw.headers or {}).get(DLQ_REASON_HEADER, "")
-        ((redacted, _),) = await self.redact([(_tenant_of(data), reason)])
+        ((redacted, _),) = await self.redact([(tenant_of(data), reason)])
         at = raw.time or datetime.now(UTC)
         return self._dead_letter(raw.headers, data, seq, at, redacted), data
 
@@ -419,7 +417,7 @@ class ConsoleBackend:
                 **fields,
             )
         except ValidationError as exc:
-            raise ConsoleError(_problems(exc)) from None
+            raise ConsoleError(describe(exc)) from None
         data = await self._request(self.subjects.cmd(verb), req.model_dump_json().encode())
         body = json.loads(data)
         if body.get("ok") is False:
@@ -442,7 +440,7 @@ class ConsoleBackend:
                 **options,
             )
         except ValidationError as exc:
-            raise ConsoleError(_problems(exc)) from None
+            raise ConsoleError(describe(exc)) from None
         data = await self._request(self.subjects.recall, req.model_dump_json().encode())
         await self.audit("memory.recall", caller.tenant, method=req.method.value, **_owner(caller))
         try:
@@ -507,27 +505,7 @@ def _owner(caller: Caller) -> dict[str, str | None]:
     return {"user": caller.user, "agent": caller.agent}
 
 
-def _tenant_of(body: bytes) -> str | None:
-    """The tenant a dead-lettered body (a turn or a candidate) belongs to, if it decodes."""
-    try:
-        data = json.loads(body)
-    except ValueError:
-        return None
-    if not isinstance(data, dict):
-        return None
-    owner = data.get("owner")
-    tenant = (owner if isinstance(owner, dict) else data).get("tenant")
-    return tenant if isinstance(tenant, str) and tenant else None
-
-
 def _percentile(ordered: list[float], q: float) -> float | None:
     if not ordered:
         return None
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
-
-
-def _problems(exc: ValidationError) -> str:
-    """Field paths and messages only: never the input values."""
-    return "; ".join(
-        f"{'.'.join(map(str, e['loc'])) or 'request'}: {e['msg']}" for e in exc.errors()[:5]
-    )

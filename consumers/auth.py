@@ -16,7 +16,8 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from memstream.storage.postgres import PgStore, hash_key
+from memstream.storage.pgports import Keys
+from memstream.storage.postgres import hash_key
 
 CACHE_S = 60.0
 
@@ -31,8 +32,8 @@ class KeyIdentity:
 
 
 class Authenticator:
-    def __init__(self, pg: PgStore, required: bool) -> None:
-        self.pg, self.required = pg, required
+    def __init__(self, keys: Keys, required: bool) -> None:
+        self.pg, self.required = keys, required
         # key hash -> (identity or None for an unknown key, valid until)
         self._known: dict[str, tuple[KeyIdentity | None, float]] = {}
 

@@ -12,7 +12,7 @@ never longer than the TTL.
 
 Workers also follow which entries exist (a second watch, on ``q.>``, headers only: keys, no
 values), so a miss costs no network call: only a key the bucket holds is fetched (one KV get,
-~0.4 ms here, a lookup that was paid on every recall before). A put that another worker made
+a round trip that would otherwise be paid on every recall). A put that another worker made
 a moment ago may not be known yet: that lookup misses and recall runs as usual.
 
 Replaying a bump or losing a gen key to the TTL is safe: a missing generation reads as

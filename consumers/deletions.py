@@ -13,11 +13,13 @@ from collections.abc import Sequence
 
 from memstream.consumers.logs import log
 from memstream.schemas.errors import TransientError
+from memstream.storage.pgports import VectorDeletes
 from memstream.storage.ports import VectorIndex
-from memstream.storage.postgres import PgStore
 
 
-async def delete_points(pg: PgStore, vectors: VectorIndex, tenant: str, ids: Sequence[str]) -> bool:
+async def delete_points(
+    pg: VectorDeletes, vectors: VectorIndex, tenant: str, ids: Sequence[str]
+) -> bool:
     """Delete the queued points of ``ids`` now; False when a store did not answer (the queue
     keeps them for ``drain``)."""
     if not ids:
@@ -33,7 +35,7 @@ async def delete_points(pg: PgStore, vectors: VectorIndex, tenant: str, ids: Seq
     return True
 
 
-async def drain(pg: PgStore, vectors: VectorIndex, limit: int = 1000) -> int:
+async def drain(pg: VectorDeletes, vectors: VectorIndex, limit: int = 1000) -> int:
     """Delete every queued point (up to ``limit``); returns how many. Idempotent: deleting a
     missing point is a no-op. Raises when a store does not answer (the next round retries)."""
     done = 0

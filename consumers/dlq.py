@@ -21,6 +21,7 @@ from nats.errors import TimeoutError as NatsTimeout
 
 from memstream.consumers.natsconn import nats_options
 from memstream.producers.connection import servers
+from memstream.schemas.owners import belongs_to as belongs_to  # commands.py imports it here
 from memstream.schemas.settings import Settings
 from memstream.schemas.subjects import (
     DLQ_REASON_HEADER,
@@ -29,27 +30,6 @@ from memstream.schemas.subjects import (
     MSG_ID_HEADER,
     Subjects,
 )
-
-
-def belongs_to(
-    body: bytes, tenant: str, user: str | None, agent: str | None, session: str | None
-) -> bool:
-    """Whether a stored body (a turn event or a candidate) is exactly this owner's: same
-    user and same agent, an unset one matching only an unset one (and, when given, the
-    session's). Bodies that do not decode belong to nobody."""
-    try:
-        data = json.loads(body)
-    except ValueError:
-        return False
-    if not isinstance(data, dict):
-        return False
-    nested = data.get("owner")
-    owner: dict[str, Any] = nested if isinstance(nested, dict) else data
-    if owner.get("tenant") != tenant:
-        return False
-    if owner.get("user") != user or owner.get("agent") != agent:
-        return False
-    return session is None or data.get("session") == session
 
 
 async def dead_letters(js: Any, s: Subjects, stage: str | None, limit: int) -> list[Any]:

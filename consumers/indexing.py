@@ -11,8 +11,8 @@ from typing import Any
 
 from memstream.pipeline.lexical import dated, document_vector
 from memstream.schemas.memory import MemoryRecord, MemoryType
+from memstream.storage.pgports import IndexRows
 from memstream.storage.ports import Embedder, VectorIndex, VectorPoint
-from memstream.storage.postgres import PgStore
 
 
 def record_of(m: MemoryRecord) -> dict[str, Any]:
@@ -56,7 +56,7 @@ def point(m: MemoryRecord, vector: Sequence[float], context: Sequence[str]) -> V
 
 
 async def index(
-    pg: PgStore,
+    pg: IndexRows,
     vectors: VectorIndex,
     embedder: Embedder,
     memories: Sequence[MemoryRecord],

@@ -4,7 +4,8 @@ Stage work on a large input (extracting a megabyte turn, redacting a 50,000-char
 candidate) takes a tenth of a second to seconds of CPU. On the event loop that time is taken
 from recall, which shares the process and answers in milliseconds. Above ``OFFLOAD_CHARS`` the
 work runs in a worker thread: the loop keeps running between the interpreter's switch
-intervals (5 ms), at the cost of a thread hop (~0.1 ms) that small inputs are spared.
+intervals, at the cost of a thread hop that small inputs, done sooner than the hop, are
+spared.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from typing import ParamSpec, TypeVar
 P = ParamSpec("P")
 T = TypeVar("T")
 
-OFFLOAD_CHARS = 16_000  # ~10-50 ms of rules or redaction: beyond it, a thread
+OFFLOAD_CHARS = 16_000  # beyond it, rules or redaction hold the loop longer than recall may wait
 
 
 async def offload(size: int, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:

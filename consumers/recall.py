@@ -24,6 +24,7 @@ from typing import Any, TypeVar
 from memstream.consumers.indexing import record_of
 from memstream.consumers.logs import log
 from memstream.consumers.metrics import WorkerMetrics
+from memstream.consumers.services import ReadsServices, Services
 from memstream.pipeline.lexical import query_vector
 from memstream.pipeline.ranking import leg_size, scored, select, single
 from memstream.schemas.errors import (
@@ -35,9 +36,10 @@ from memstream.schemas.errors import (
 )
 from memstream.schemas.memory import Scope
 from memstream.schemas.recall import Context, Hit, Method, RecallReply, RecallRequest
-from memstream.storage.ports import Embedder, VectorFilter, VectorIndex, visible
+from memstream.storage.pgports import MemoryReads
 from memstream.storage.ports import Hit as ScoredId
-from memstream.storage.postgres import OwnerFilter, PgStore
+from memstream.storage.ports import VectorFilter, visible
+from memstream.storage.postgres import OwnerFilter
 
 T = TypeVar("T")
 SHARED = (Scope.PROJECT, Scope.GLOBAL)  # the "resources" context
@@ -102,9 +104,9 @@ async def settled(leg: Awaitable[T]) -> T | BaseException:
         return exc
 
 
-class RecallService:
-    def __init__(self, pg: PgStore, vectors: VectorIndex, embedder: Embedder) -> None:
-        self.pg, self.vectors, self.embedder = pg, vectors, embedder
+class RecallService(ReadsServices):
+    def __init__(self, services: Services) -> None:
+        self.services = services
         self._touches: dict[str, dict[str, int]] = {}
         self._flusher: asyncio.Task[None] | None = None
         self.served = 0
@@ -112,6 +114,10 @@ class RecallService:
         # server time of the latest recalls, for the console's p50/p95 (memstream.console)
         self.latencies_ms: deque[float] = deque(maxlen=512)
         self.telemetry: WorkerMetrics | None = None  # per-leg histograms (consumers/metrics.py)
+
+    @property
+    def pg(self) -> MemoryReads:
+        return self.services.store
 
     async def _dense(
         self, req: RecallRequest, vflt: VectorFilter, n: int, spent: dict[str, float]
@@ -146,8 +152,8 @@ class RecallService:
     ) -> tuple[list[Hit], bool]:
         """``select`` over the best ids, their records read from the index in pages (legs
         search without payloads, which is several times faster): first ``top_k`` plus a small
-        margin, more only while the collapse leaves ``top_k`` unfilled (a fetch of 20 records
-        costs ~1 ms at 100k points, of 12 ~0.6 ms). A record the filter may not read is
+        margin, more only while the collapse leaves ``top_k`` unfilled (a fetch's cost grows
+        with the records it reads). A record the filter may not read is
         dropped (the index's own check, ``visible``; ``fetch`` checks the tenant)."""
 
         def owned(record: Mapping[str, Any]) -> bool:
@@ -198,8 +204,8 @@ class RecallService:
         if req.method in (Method.KEYWORD, Method.HYBRID):
             legs["keyword"] = self._keyword(req, vflt, n, spent)
         if self.vectors.searches_inline:
-            # the legs run on the event loop anyway: one after the other saves the two tasks
-            # of a gather (~25-45 µs measured); searches in threads still run side by side
+            # the legs run on the event loop anyway: one after the other saves creating the two
+            # tasks of a gather; searches in threads still run side by side
             results = {name: await settled(leg) for name, leg in legs.items()}
         else:
             gathered = await asyncio.gather(*legs.values(), return_exceptions=True)

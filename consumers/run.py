@@ -21,6 +21,7 @@ from memstream.consumers.embedded import EmbeddedNats, EmbeddedPostgres
 from memstream.consumers.logs import configure, log
 from memstream.consumers.memlock import lock_memory
 from memstream.consumers.redaction_key import redaction_key
+from memstream.consumers.services import Services
 from memstream.pipeline.redact import RedactionPolicy, Redactor, Redacts, TenantRedactors
 from memstream.producers.connection import display_url
 from memstream.schemas.errors import ConfigurationError, StorageUnavailable, describe
@@ -147,7 +148,7 @@ def make_worker(
     embedder = embedder or make_embedder(s.embedding_model, s.embedding_path)
     # the configured key, else the state directory's development key (benchmarks)
     redactor = redactor or make_redactor(s, redaction_key(s, dev=True))
-    return Worker(s, stack.nats_url, stack.pg, stack.vectors, embedder, redactor)
+    return Worker(Services(s, stack.pg, stack.vectors, embedder, redactor), stack.nats_url)
 
 
 async def ensure_index(worker: Worker) -> None:

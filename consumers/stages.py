@@ -16,7 +16,7 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any, TypeVar
 
 from nats.js import JetStreamContext
@@ -29,14 +29,13 @@ from memstream.consumers.logs import log
 from memstream.consumers.metrics import WorkerMetrics, category_of
 from memstream.consumers.offload import offload
 from memstream.consumers.outage import Backoff, hold, is_outage
+from memstream.consumers.services import ReadsServices, Services
 from memstream.pipeline import dedupe, lifecycle, llm_extract
 from memstream.pipeline.extract import extract
 from memstream.pipeline.lexical import dated
-from memstream.pipeline.redact import Redacts
 from memstream.schemas.errors import InvalidMessage, PermanentError, TransientError, describe
 from memstream.schemas.events import TurnEvent
 from memstream.schemas.memory import SHARED_SCOPES, Candidate, MemoryEvent, Owner
-from memstream.schemas.settings import Settings
 from memstream.schemas.subjects import (
     DLQ_BODY_HEADER,
     DLQ_DELIVERIES_HEADER,
@@ -47,8 +46,9 @@ from memstream.schemas.subjects import (
     Subjects,
     msg_id,
 )
-from memstream.storage.ports import Embedder, VectorFilter, VectorIndex
-from memstream.storage.postgres import OwnerFilter, PgStore
+from memstream.storage.pgports import StageStore
+from memstream.storage.ports import VectorFilter
+from memstream.storage.postgres import OwnerFilter
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -92,22 +92,21 @@ class StageMetrics:
 
 
 @dataclass
-class Deps:
-    settings: Settings
+class Deps(ReadsServices):
+    services: Services
     subjects: Subjects
     js: JetStreamContext
-    pg: PgStore
-    vectors: VectorIndex
-    embedder: Embedder
-    redactor: Redacts
     metrics: dict[str, StageMetrics] = field(default_factory=dict)
-    clock: Callable[[], datetime] = field(default=lambda: datetime.now(UTC))
     cache: RecallCache | None = None
     llm: LlmExtractor | None = None  # MEMSTREAM_EXTRACTOR=rules+llm
     # set when a memory was kept unindexed (the index or Postgres away): the maintenance
     # loop indexes it as soon as the index answers again
     index_behind: asyncio.Event = field(default_factory=asyncio.Event)
     telemetry: WorkerMetrics | None = None  # Prometheus histograms (consumers/metrics.py)
+
+    @property
+    def pg(self) -> StageStore:
+        return self.services.store
 
     async def reindex(self, tenant: str, ids: Sequence[str], followers: bool = False) -> None:
         """(Re)build the index points of memories from their Postgres rows (after a store,

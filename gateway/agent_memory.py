@@ -34,10 +34,11 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Query
 from pydantic import BaseModel, Field, StringConstraints, TypeAdapter, ValidationError
 
-from memstream.gateway.errors import ApiError, ErrorBody, field_errors
+from memstream.gateway.errors import ApiError, ErrorBody
 from memstream.gateway.identity import BearerIdentity, Root
 from memstream.gateway.models import Body, Id
 from memstream.producers.client import MemoryClient
+from memstream.schemas.errors import describe
 from memstream.schemas.memory import MemoryRecord, MemoryType, Scope
 from memstream.schemas.recall import Method
 
@@ -271,7 +272,7 @@ async def pending_review(
     try:
         parsed = _SINCE.validate_python(raw)
     except ValidationError as exc:
-        raise ApiError(422, "validation_error", "since: " + field_errors(exc.errors())) from None
+        raise ApiError(422, "validation_error", "since: " + describe(exc)) from None
     aware = {a: t if t.tzinfo else t.replace(tzinfo=UTC) for a, t in parsed.items()}
     # counts over the tenant's agents: the caller is the key's owner, or a service owner
     # for a tenant-wide key

@@ -17,7 +17,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from memstream.gateway.logs import log
 from memstream.producers.client import MemoryClientError, ServiceError
-from memstream.schemas.errors import ErrorCode
+from memstream.schemas.errors import ErrorCode, describe, describe_errors
 
 # the SDK's service codes -> HTTP status
 STATUS = {
@@ -68,12 +68,9 @@ def error_response(status: int, code: str, message: str, **headers: str) -> JSON
 
 
 def field_errors(errors: Any) -> str:
-    """``loc: msg`` per error, at most five; never the input values."""
-    out = []
-    for e in list(errors)[:5]:
-        loc = ".".join(str(p) for p in e.get("loc", ()) if p != "body") or "<body>"
-        out.append(f"{loc}: {e.get('msg', 'invalid')}")
-    return "; ".join(out) or "invalid request"
+    """``loc: msg`` per error (``schemas.errors.describe_errors``), at most five; never the
+    input values. The request body is the root: its fields are named without ``body.``."""
+    return describe_errors(errors, envelope="body")
 
 
 def from_service(exc: MemoryClientError) -> ApiError:
@@ -106,7 +103,7 @@ def install(app: FastAPI) -> None:
     async def _wire(_: Request, exc: ValidationError) -> JSONResponse:
         # a request the route accepted but the wire model refused: the client's input is at
         # fault, so a 422 naming the fields (never their values), not a 500
-        return error_response(422, "validation_error", field_errors(exc.errors()))
+        return error_response(422, "validation_error", describe(exc))
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:

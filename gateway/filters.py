@@ -21,6 +21,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from memstream.gateway.errors import ApiError
+from memstream.schemas.recall import Hit
 
 FIELDS = (
     "id",
@@ -37,6 +38,23 @@ OPS = ("eq", "ne", "in", "nin")
 MAX_DEPTH = 8
 MAX_CLAUSES = 200
 Scalar = str | int | float | bool | None
+
+
+def fields_of(h: Hit, memory_type: str) -> dict[str, Any]:
+    """The fields a filter sees for ``h``. ``memory_type`` is the surface's own name for the
+    type (the seed's, or memstream's where the surface has no other)."""
+    return {
+        "id": h.id,
+        "session_id": h.session,
+        "memory_type": memory_type,
+        "type": h.type.value,
+        "scope": h.scope.value,
+        "user_id": h.user,
+        "agent_id": h.agent,
+        "pinned": h.pinned,
+        "tags": list(h.tags),
+        "metadata": dict(h.metadata),
+    }
 
 
 def _bad(message: str) -> ApiError:

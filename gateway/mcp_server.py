@@ -34,7 +34,6 @@ from memstream.gateway import filters as flt
 from memstream.gateway.errors import (
     ApiError,
     error_response,
-    field_errors,
     from_service,
     unauthorized,
 )
@@ -42,6 +41,7 @@ from memstream.gateway.identity import KeyResolver
 from memstream.gateway.models import has_nul
 from memstream.producers.client import MemoryClient, MemoryClientError
 from memstream.producers.progress import wait_processed
+from memstream.schemas.errors import describe
 from memstream.schemas.memory import MemoryRecord, MemoryType
 from memstream.schemas.recall import Hit
 
@@ -99,21 +99,6 @@ def _record(m: MemoryRecord) -> dict[str, Any]:
     return out
 
 
-def _filter_item(h: Hit) -> dict[str, Any]:
-    return {
-        "id": h.id,
-        "session_id": h.session,
-        "memory_type": h.type.value,
-        "type": h.type.value,
-        "scope": h.scope.value,
-        "user_id": h.user,
-        "agent_id": h.agent,
-        "pinned": h.pinned,
-        "tags": list(h.tags),
-        "metadata": dict(h.metadata),
-    }
-
-
 def build_server(resolve: Resolve, flush_timeout_s: float = 30.0) -> MCPServer:
     """The tools, over whatever ``resolve`` says the caller is."""
     server: MCPServer = MCPServer(
@@ -164,7 +149,7 @@ def build_server(resolve: Resolve, flush_timeout_s: float = 30.0) -> MCPServer:
         except MemoryClientError as exc:
             raise _tool_error(exc) from None
         except ValidationError as exc:  # the turn's own rules (no values in the message)
-            raise ToolError(f"validation_error: {field_errors(exc.errors())}") from None
+            raise ToolError(f"validation_error: {describe(exc)}") from None
 
     @server.tool(
         description=(
@@ -191,7 +176,9 @@ def build_server(resolve: Resolve, flush_timeout_s: float = 30.0) -> MCPServer:
             reply = await mem.recall(query, top_k=50 if filters else top_k)
         except (MemoryClientError, ApiError) as exc:
             raise _tool_error(exc) from None
-        hits = [h for h in reply.hits if flt.matches(filters, _filter_item(h))][:top_k]
+        # memstream's own type names: the MCP tools have no seed names to speak
+        kept = [h for h in reply.hits if flt.matches(filters, flt.fields_of(h, h.type.value))]
+        hits = kept[:top_k]
         out: dict[str, Any] = {"note": REFERENCE_NOTE, "memories": [_hit(h) for h in hits]}
         if reply.degraded:
             out["degraded"] = list(reply.degraded)

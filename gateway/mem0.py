@@ -41,7 +41,7 @@ from fastapi import APIRouter, Depends, Header, Query, Request
 from pydantic import StringConstraints
 from pydantic import ValidationError as PydanticValidationError
 
-from memstream.gateway.errors import ApiError, ErrorBody, field_errors, not_found, unauthorized
+from memstream.gateway.errors import ApiError, ErrorBody, not_found, unauthorized
 from memstream.gateway.identity import Identity, Root, resolver
 from memstream.gateway.mem0_shapes import (
     ENTITIES,
@@ -60,7 +60,7 @@ from memstream.gateway.mem0_shapes import (
 )
 from memstream.gateway.models import has_nul
 from memstream.producers.client import CommandError, MemoryClient
-from memstream.schemas.errors import ErrorCode
+from memstream.schemas.errors import ErrorCode, describe
 from memstream.schemas.events import Message, Role, TurnEvent
 from memstream.schemas.ids import derived_id
 from memstream.schemas.memory import MemoryRecord, MemoryType
@@ -177,7 +177,7 @@ async def add(body: AddBody, ident: AuthId, root: Root) -> dict[str, Any]:
     try:
         event = _turn(ident, mem, ent, body, event_id, session, metadata, at)
     except PydanticValidationError as exc:
-        raise ApiError(422, "validation_error", field_errors(exc.errors())) from None
+        raise ApiError(422, "validation_error", describe(exc)) from None
     res = await mem.publish(event)
     return {
         "message": "Memory processing has been queued for background execution",

@@ -59,7 +59,7 @@ from memstream.producers.progress import progress, turns_after, wait_processed
 from memstream.schemas.events import Message, Role, TurnEvent
 from memstream.schemas.ids import derived_id
 from memstream.schemas.memory import MemoryType
-from memstream.schemas.recall import Hit, Method
+from memstream.schemas.recall import Method
 
 router = APIRouter(tags=["memories (seeds 000, 003)"])
 
@@ -203,22 +203,6 @@ async def _caller(request: Request, body: _Caller) -> tuple[Identity, MemoryClie
     return ident, ident.client(root_client(request), user, agent)
 
 
-def _item(h: Hit) -> dict[str, Any]:
-    """The fields filters see."""
-    return {
-        "id": h.id,
-        "session_id": h.session,
-        "memory_type": SEED_TYPE.get(h.type, "episode"),
-        "type": h.type.value,
-        "scope": h.scope.value,
-        "user_id": h.user,
-        "agent_id": h.agent,
-        "pinned": h.pinned,
-        "tags": list(h.tags),
-        "metadata": dict(h.metadata),
-    }
-
-
 SCOPE_FILTER: dict[str, Any] = {"resources": {"scope": {"in": ["project", "global"]}}}
 
 
@@ -244,7 +228,7 @@ async def _scope(
         score = h.calibrated if h.calibrated is not None else h.score
         if req.radius is not None and score < req.radius:
             continue
-        if not flt.matches(composed, _item(h)):
+        if not flt.matches(composed, flt.fields_of(h, SEED_TYPE.get(h.type, "episode"))):
             continue
         out.append(
             SearchResult(

@@ -5,32 +5,19 @@
     item = await store.aget(("users", "alice", "memories"), "tea")
     hits = await store.asearch(("users", "alice"), query="what does alice drink?")
 
-Every item is one memstream memory (``remember``): its text is what recall searches, its
-value, namespace and key ride in the memory's metadata, and tags locate it exactly (a hash of
-each namespace prefix, and of namespace + key). Namespaces map to owners and scopes:
-
-| namespace | memstream owner | scope |
-|---|---|---|
-| ``("users", U, ...)`` | user U | user |
-| ``("agents", A, ...)`` | agent A | user |
-| ``("users", U, "agents", A, ...)`` | user U and agent A | user |
-| ``("projects", P, ...)`` | the store's owner, project P | project (shared with P) |
-| ``("global", ...)`` | the store's owner | global (shared with the tenant) |
-| anything else | the store's owner (the client's user/agent) | user |
-
-The tenant is always the client's, and a client with an API key bound to one owner can use
-only that owner's namespaces (others are refused by the workers).
+Every item is one memstream memory; how namespaces map to owners and scopes, and how an item
+rides in a memory, is in ``langgraph_items``. The tenant is always the client's, and a client
+with an API key bound to one owner can use only that owner's namespaces (others are refused by
+the workers).
 """
 
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import json
 import threading
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -39,7 +26,6 @@ from langgraph.store.base import (
     GetOp,
     Item,
     ListNamespacesOp,
-    MatchCondition,
     Op,
     PutOp,
     Result,
@@ -49,53 +35,30 @@ from langgraph.store.base import (
 )
 
 from memstream.producers.client import CommandError, MemoryClient, SyncMemoryClient
+from memstream.producers.langgraph_items import (
+    MARK,
+    Where,
+    is_current,
+    key_tag,
+    meta_of,
+    namespace_matches,
+    prefix_tag,
+    stamp,
+    text_at,
+    to_item,
+    to_search_item,
+    until_wildcard,
+    value_matches,
+    where,
+)
 from memstream.schemas.errors import ErrorCode
 from memstream.schemas.memory import MemoryRecord, MemoryType
 from memstream.schemas.recall import Hit
 
 __all__ = ["MemstreamStore", "Where", "where"]
 
-MARK = "langgraph"  # the tag every item carries, and its metadata key
 _TEXT_FIELDS = ("content", "text", "memory", "data")
 _PAGE = 100
-
-
-@dataclass(frozen=True)
-class Where:
-    """Where a namespace lives: the owner (None: the store's own), scope and project."""
-
-    user: str | None
-    agent: str | None
-    scope: str
-    project: str | None
-
-
-def where(namespace: Sequence[str]) -> Where:
-    """The owner and scope a namespace maps to (the table in the module docstring)."""
-    ns = tuple(namespace)
-    if len(ns) >= 4 and ns[0] == "users" and ns[2] == "agents":
-        return Where(ns[1], ns[3], "user", None)
-    if len(ns) >= 2 and ns[0] == "users":
-        return Where(ns[1], None, "user", None)
-    if len(ns) >= 2 and ns[0] == "agents":
-        return Where(None, ns[1], "user", None)
-    if len(ns) >= 2 and ns[0] == "projects":
-        return Where(None, None, "project", ns[1])
-    if ns[:1] == ("global",):
-        return Where(None, None, "global", None)
-    return Where(None, None, "user", None)
-
-
-def _h(*parts: object) -> str:
-    return hashlib.sha256(json.dumps(parts).encode()).hexdigest()[:24]
-
-
-def prefix_tag(namespace: Sequence[str]) -> str:
-    return f"lgns:{_h(*namespace)}"
-
-
-def key_tag(namespace: Sequence[str], key: str) -> str:
-    return f"lgkey:{_h(list(namespace), key)}"
 
 
 class MemstreamStore(BaseStore):
@@ -220,8 +183,8 @@ class MemstreamStore(BaseStore):
         found = await self._find(op.namespace, op.key)
         if not found:
             return None
-        newest = max(found, key=lambda m: _stamp(m, "updated"))
-        return _item(newest, op.namespace, op.key)
+        newest = max(found, key=lambda m: stamp(m, "updated"))
+        return to_item(newest, op.namespace, op.key)
 
     async def _put(self, op: PutOp) -> None:
         ns, w = op.namespace, where(op.namespace)
@@ -233,7 +196,7 @@ class MemstreamStore(BaseStore):
             return
         value = dict(op.value)
         now = datetime.now(UTC).timestamp()
-        created = min((_stamp(m, "created") for m in old), default=now)
+        created = min((stamp(m, "created") for m in old), default=now)
         meta = {
             MARK: {
                 "namespace": list(ns),
@@ -257,7 +220,7 @@ class MemstreamStore(BaseStore):
         }
         reply = await client.command("remember", content=text, **fields)
         record = reply.memory  # None: the same text was stored and deleted before
-        if record is None or (reply.detail.get("duplicate") and not _current(record, meta)):
+        if record is None or (reply.detail.get("duplicate") and not is_current(record, meta)):
             # the same text is stored already (another key, an earlier version, a deleted
             # item) and memstream keeps one memory per text: this version gets its own text
             suffix = uuid.uuid4().hex[:8]
@@ -274,7 +237,7 @@ class MemstreamStore(BaseStore):
         if index is False:
             return " ".join(str(k) for k in value) or "item"
         if fields:
-            parts = [_at(value, f) for f in fields]
+            parts = [text_at(value, f) for f in fields]
             text = " ".join(p for p in parts if p)
             if text.strip():
                 return text
@@ -298,24 +261,24 @@ class MemstreamStore(BaseStore):
             for h in reply.hits:
                 if tag in h.tags and MARK in h.tags:
                     score = h.calibrated if h.calibrated is not None else h.score
-                    items.append(_search_item(h, score))
+                    items.append(to_search_item(h, score))
         else:
             records = [m for m in await self._records(client, w) if tag in m.tags]
-            records.sort(key=lambda m: _stamp(m, "updated"), reverse=True)
-            items = [_search_item(m, None) for m in records]
+            records.sort(key=lambda m: stamp(m, "updated"), reverse=True)
+            items = [to_search_item(m, None) for m in records]
         if op.filter:
-            items = [i for i in items if _matches(i.value, op.filter)]
+            items = [i for i in items if value_matches(i.value, op.filter)]
         return items[op.offset : op.offset + op.limit]
 
     async def _list_namespaces(self, op: ListNamespacesOp) -> list[tuple[str, ...]]:
         conditions = tuple(op.match_conditions or ())
         prefix = next((c.path for c in conditions if c.match_type == "prefix"), ())
-        concrete = tuple(p for p in _until_wildcard(prefix))
+        concrete = tuple(p for p in until_wildcard(prefix))
         w = where(concrete) if concrete else Where(None, None, "user", None)
         found: set[tuple[str, ...]] = set()
         for m in await self._records(self._owner(w), w):
-            ns = tuple(str(x) for x in _meta(m).get("namespace", ()))
-            if ns and all(_does_match(c, ns) for c in conditions):
+            ns = tuple(str(x) for x in meta_of(m).get("namespace", ()))
+            if ns and all(namespace_matches(c, ns) for c in conditions):
                 found.add(ns[: op.max_depth] if op.max_depth is not None else ns)
         return sorted(found)[op.offset : op.offset + op.limit]
 
@@ -336,111 +299,3 @@ async def _forget(client: MemoryClient, memory_id: str) -> None:
     except CommandError as exc:
         if exc.code is not ErrorCode.NOT_FOUND:  # gone already: what was asked
             raise
-
-
-def _meta(m: MemoryRecord | Hit) -> dict[str, Any]:
-    meta = m.metadata.get(MARK)
-    return meta if isinstance(meta, dict) else {}
-
-
-def _current(record: MemoryRecord, meta: dict[str, Any]) -> bool:
-    """The stored record already is this item's version (a put that changes nothing)."""
-    mine, theirs = meta[MARK], _meta(record)
-    return all(theirs.get(k) == mine[k] for k in ("namespace", "key", "value"))
-
-
-def _item(m: MemoryRecord | Hit, ns: tuple[str, ...], key: str) -> Item:
-    meta = _meta(m)
-    value = meta.get("value")
-    return Item(
-        value=value if isinstance(value, dict) else {},
-        key=key,
-        namespace=ns,
-        created_at=datetime.fromtimestamp(_stamp(m, "created"), UTC),
-        updated_at=datetime.fromtimestamp(_stamp(m, "updated"), UTC),
-    )
-
-
-def _search_item(m: MemoryRecord | Hit, score: float | None) -> SearchItem:
-    meta = _meta(m)
-    value = meta.get("value")
-    return SearchItem(
-        namespace=tuple(str(x) for x in meta.get("namespace", ())),
-        key=str(meta.get("key", "")),
-        value=value if isinstance(value, dict) else {},
-        created_at=datetime.fromtimestamp(_stamp(m, "created"), UTC),
-        updated_at=datetime.fromtimestamp(_stamp(m, "updated"), UTC),
-        score=score,
-    )
-
-
-def _stamp(m: MemoryRecord | Hit, name: str) -> float:
-    """The item's ``created`` or ``updated`` time (epoch seconds), else the memory's."""
-    value = _meta(m).get(name)
-    if isinstance(value, int | float) and value > 0:
-        return float(value)
-    return m.created_at.timestamp()
-
-
-def _at(value: Mapping[str, Any], path: str) -> str:
-    """The text at a dotted path of the value ("a.b"); lists are joined."""
-    cur: Any = value
-    for part in path.split("."):
-        if isinstance(cur, Mapping):
-            cur = cur.get(part.removesuffix("[*]"))
-        else:
-            return ""
-    if isinstance(cur, list):
-        return " ".join(str(x) for x in cur if x is not None)
-    return "" if cur is None else (cur if isinstance(cur, str) else json.dumps(cur))
-
-
-def _until_wildcard(path: Sequence[str]) -> Iterable[str]:
-    for p in path:
-        if p == "*":
-            return
-        yield p
-
-
-def _does_match(cond: MatchCondition, ns: tuple[str, ...]) -> bool:
-    path = tuple(cond.path)
-    if len(ns) < len(path):
-        return False
-    pairs = zip(ns, path, strict=False)
-    if cond.match_type == "suffix":
-        pairs = zip(reversed(ns), reversed(path), strict=False)
-    return all(p == "*" or k == p for k, p in pairs)
-
-
-def _matches(value: Mapping[str, Any], flt: Mapping[str, Any]) -> bool:
-    return all(_compare(value.get(k), v) for k, v in flt.items())
-
-
-def _compare(actual: Any, wanted: Any) -> bool:
-    """LangGraph's filter semantics: equality, nested dicts, and $eq $ne $gt $gte $lt $lte."""
-    if isinstance(wanted, dict):
-        if any(k.startswith("$") for k in wanted):
-            return all(_operator(actual, k, v) for k, v in wanted.items())
-        return isinstance(actual, dict) and all(
-            _compare(actual.get(k), v) for k, v in wanted.items()
-        )
-    return bool(actual == wanted)
-
-
-def _operator(actual: Any, op: str, wanted: Any) -> bool:
-    if op == "$eq":
-        return bool(actual == wanted)
-    if op == "$ne":
-        return bool(actual != wanted)
-    if actual is None:
-        return False
-    a, b = float(actual), float(wanted)
-    if op == "$gt":
-        return a > b
-    if op == "$gte":
-        return a >= b
-    if op == "$lt":
-        return a < b
-    if op == "$lte":
-        return a <= b
-    raise ValueError(f"unsupported filter operator {op!r}")

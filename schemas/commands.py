@@ -13,29 +13,12 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field
 
-from memstream.schemas.events import ApiKey, Ident, Metadata, OptIdent, Tag, Text
+from memstream.schemas.events import Ident, Metadata, OptIdent, Tag, Text
 from memstream.schemas.memory import MemoryRecord, MemoryType, Scope
+from memstream.schemas.recall import Caller as Caller  # re-exported: the base of the requests below
 from memstream.schemas.recall import RecallReply
-
-
-class Caller(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    schema_version: Literal[1] = 1
-    tenant: Ident
-    api_key: ApiKey = None  # the tenant's credential (required when the server says so)
-    user: OptIdent = None
-    agent: OptIdent = None
-    # the caller's project: reads also see its ``project``-scope memories (docs/memory-model.md)
-    project: OptIdent = None
-
-    @model_validator(mode="after")
-    def _owner(self) -> Caller:
-        if not (self.user or self.agent):
-            raise ValueError("a command needs an owner: user and/or agent")
-        return self
 
 
 class RememberRequest(Caller):

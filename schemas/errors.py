@@ -18,8 +18,9 @@ a secret: only a code from ``ErrorCode`` and a sanitized sentence.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from enum import StrEnum
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
@@ -51,9 +52,22 @@ class ErrorReply(BaseModel):
 def describe(exc: ValidationError, limit: int = 5) -> str:
     """Field paths and messages of a validation error, never the input values (they may hold
     secrets): what every bad_request reply and dead-letter reason says."""
-    return "; ".join(
-        f"{'.'.join(map(str, e['loc'])) or '<root>'}: {e['msg']}" for e in exc.errors()[:limit]
-    )
+    return describe_errors(exc.errors(), limit)
+
+
+def describe_errors(
+    errors: Iterable[Mapping[str, Any]], limit: int = 5, envelope: str | None = None
+) -> str:
+    """``describe`` over pydantic-shaped error dicts (``loc``, ``msg``), as frameworks hand
+    them on (FastAPI's request errors). ``envelope``: a leading ``loc`` element that names
+    where the input came from, not a field (FastAPI's ``body``), and is left out."""
+    out = []
+    for e in list(errors)[:limit]:
+        loc = list(e.get("loc", ()))
+        if envelope is not None and loc[:1] == [envelope]:
+            loc = loc[1:]
+        out.append(f"{'.'.join(map(str, loc)) or '<root>'}: {e.get('msg', 'invalid')}")
+    return "; ".join(out) or "invalid input"
 
 
 class MemstreamError(Exception):

@@ -29,10 +29,9 @@ class Context(StrEnum):
 MAX_HITS = 100  # top_k = -1 returns every hit above the threshold, at most this many
 
 
-class RecallRequest(BaseModel):
-    """What an agent asks. The server adds the tenant and owner filters; the caller can
-    narrow them (types, scopes, session, time range, tags) but never widen them: every filter
-    is AND-ed with the owner scope."""
+class Caller(BaseModel):
+    """Who asks: the tenant's credential and the owner. Every request on ``mem.recall`` and
+    ``mem.cmd.*`` starts with these fields."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -41,8 +40,21 @@ class RecallRequest(BaseModel):
     api_key: ApiKey = None  # the tenant's credential (required when the server says so)
     user: OptIdent = None
     agent: OptIdent = None
-    # the caller's project: its ``project``-scope memories are shared (docs/memory-model.md)
+    # the caller's project: reads also see its ``project``-scope memories (docs/memory-model.md)
     project: OptIdent = None
+
+    @model_validator(mode="after")
+    def _owner(self) -> Caller:
+        if not (self.user or self.agent):
+            raise ValueError("a command needs an owner: user and/or agent")
+        return self
+
+
+class RecallRequest(Caller):
+    """What an agent asks. The server adds the tenant and owner filters; the caller can
+    narrow them (types, scopes, session, time range, tags) but never widen them: every filter
+    is AND-ed with the owner scope."""
+
     session: OptIdent = None
     query: Annotated[Text, Field(min_length=1, max_length=10_000)]
     top_k: Annotated[int, Field(ge=-1, le=MAX_HITS)] = 10  # -1: all above the threshold

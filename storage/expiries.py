@@ -1,8 +1,8 @@
 """When a vector index's points expire, per tenant, kept next to the index.
 
 A search must hide points whose ``expires_at`` has passed. On segments the engine has not
-indexed yet that condition costs ~160 ns per point (measured: 8,000 such points, dense search
-0.71 ms with it, 0.38 ms without), yet it only matters between a point's expiry and the
+indexed yet that condition is checked on every point a search visits, a large share of such a
+search's time (docs/benchmarks.md), yet it only matters between a point's expiry and the
 sweeper's purge of it (at most ``MEMSTREAM_SWEEP_EVERY_S``). ``Expiries`` answers whether any
 stored point of a tenant has expired at a given time, so the adapter adds the condition only
 then.

@@ -14,10 +14,8 @@ one tenant's text never moves another's scores; "owner" narrows it to the user/a
 names; "collection" is collection-wide. Same options, same numbers, in the server adapter.
 The adapter keeps the document frequencies itself (``TermStats``, counted from the shard by
 ``ensure`` and moved by every upsert and delete under one write lock) and sends IDF-weighted
-query vectors, so the engine does a plain dot product: at 100k points in one tenant the
-keyword search takes ~0.9 ms instead of ~4.5 ms with the engine's per-query filtered IDF
-(p50, 50 hits, one search thread). Shards created before this (``bm25`` with the engine's
-IDF modifier) keep working the old way.
+query vectors, so the engine does a plain dot product instead of computing a filtered IDF
+per query, which costs several times more on a large tenant (docs/benchmarks.md).
 
 Known gap: qdrant-edge-py 0.9.0 turns ``MatchValue(True)`` into the integer 1, so a bool
 payload field cannot be matched; pinned is stored and indexed but ``VectorFilter`` has no
@@ -28,17 +26,18 @@ operation is in the WAL, which the next ``load`` replays: an acknowledged write 
 crash of the process (tested by killing one). The segments are flushed and fsynced at most
 every ``flush_every_s`` seconds, after a write, and on ``close``; only an OS crash or power
 loss inside that window can lose acknowledged writes (``flush_every_s=0`` flushes after every
-write, ~23 ms each; the WAL append alone takes ~0.05 ms). Postgres stays the record of truth.
+write, which costs far more than the WAL append). Postgres stays the record of truth.
 
-Threads: single-point writes (~0.05 ms) and fetches of up to 64 ids (~0.3 ms) run on the
-event loop; batches, flushes, searches and ``optimize`` run in ``asyncio.to_thread`` (~0.1-0.2
-ms overhead, but p95 1.7 ms on a busy 2-core machine); the engine releases the GIL and locks
-internally. Searches of up to ``direct_search_max`` hits run on the loop while the shard is
-known to be nearly optimized (at most ``inline_unoptimized_max`` points written since the last
-completed ``optimize()``; unknown after a load): at 100k points a search then takes 0.7-1.5
-ms, less than the thread hop's tail. Otherwise (exact scans of unindexed segments take 15-30
-ms at 100k points) they go to a thread. Each search uses one engine thread
-(``search_threads=1``): with the engine's own pool, p95 was 2.3x p50 on 2 cores.
+Threads: single-point writes and fetches of up to 64 ids are cheaper than a hop to a thread,
+so they run on the event loop; batches, flushes, searches and ``optimize`` run in
+``asyncio.to_thread``, whose tail latency on a busy machine is what the loop must be spared;
+the engine releases the GIL and locks internally. Searches of up to ``direct_search_max``
+hits run on the loop while the shard is known to be nearly optimized (at most
+``inline_unoptimized_max`` points written since the last completed ``optimize()``; unknown
+after a load): an indexed search then costs less than the thread hop's tail. Otherwise an
+exact scan of unindexed segments would stall the loop, so they go to a thread. Each search
+uses one engine thread (``search_threads=1``): the engine's own pool makes concurrent
+searches contend for the cores and widens the tail. Figures: docs/benchmarks.md.
 
 Existing shards: ``ensure()`` opens only a shard of this layout (dense vector, ``bm25`` without
 the engine's IDF modifier, owner key fields on every point); any other shard is refused with
@@ -104,7 +103,7 @@ KEYWORD_FIELDS = (
 FLOAT_FIELDS = ("occurred_at", "expires_at")
 BOOL_FIELDS = ("pinned",)
 _DIRECT_WRITE_MAX = 16  # points per write run on the loop; larger batches go to a thread
-_DIRECT_FETCH_MAX = 64  # ids per fetch run on the loop (~0.3 ms for 20); more go to a thread
+_DIRECT_FETCH_MAX = 64  # ids per fetch run on the loop (cheaper than a thread hop); more go to one
 _SCAN_PAGE = 2000  # points per page when counting term statistics at load
 _OWNER_FIELDS = ["tenant", "user", "agent", "scope", "project"]
 _STORED_FIELDS = [*_OWNER_FIELDS, "expires_at"]  # what the adapter's own counts are made of
@@ -134,9 +133,8 @@ def owner_key(tenant: str, user: str | None, agent: str | None) -> str:
     unambiguous JSON ``[kind, tenant, user?, agent?]``, 15 characters of base64url. Kept in
     its own scalar field per kind (``OWNER_FIELDS``), because a filtered dense search checks
     the value of every point it visits and the engine keeps keyword values of up to 15 bytes
-    inline: at 100k points, p50 0.53 ms with a 15-byte value, 0.83 ms with 16 bytes (and
-    0.78 with the 25-byte JSON key of earlier shards), 0.86 ms with a list of two short values,
-    1.25 with two 22-byte ones (cold queries, interleaved, one shard). A collision would need a
+    inline: a longer value, or a list of values, makes every filtered search markedly slower
+    (docs/benchmarks.md). A collision would need a
     second preimage of an 88-bit hash, and is harmless: ``fetch`` checks the tenant of every
     record, recall the user and agent, searches with records all three."""
     parts = [owner_kind(user, agent), tenant, *(v for v in (user, agent) if v is not None)]
@@ -209,8 +207,8 @@ def _owner_conditions(flt: VectorFilter) -> tuple[list[Any], list[Any]]:
 def edge_filter(flt: VectorFilter, may_expire: bool = True) -> qe.Filter:
     """Whose points (``_owner_conditions``); every other field of ``flt`` narrows (AND);
     expired points are hidden. ``may_expire=False`` (no point of the tenant has expired at
-    ``flt.now``: ``Expiries``) leaves the expiry condition out: it costs ~160 ns per point on
-    an unindexed segment, ~0.3 ms per leg for 2,000 points."""
+    ``flt.now``: ``Expiries``) leaves the expiry condition out: on an unindexed segment it is
+    checked on every point visited, a cost each leg pays for nothing when nothing expired."""
     must, must_not = _owner_conditions(flt)
     if flt.session is not None:
         must.append(_match("session", flt.session))
@@ -230,6 +228,19 @@ def edge_filter(flt: VectorFilter, may_expire: bool = True) -> qe.Filter:
 def _record(payload: dict[str, Any] | None) -> Record:
     record = (payload or {}).get("record")
     return record if isinstance(record, dict) else {}
+
+
+def _owned(hits: Sequence[qe.ScoredPoint], flt: VectorFilter) -> list[RecordHit]:
+    """The hits ``flt``'s owner may read, with their records: the payloads are read anyway,
+    so the owner is checked exactly here, not only by the engine's keyword filter."""
+    out = []
+    for h in hits:
+        p = h.payload or {}
+        if p.get("tenant") == flt.tenant and visible(
+            flt, p.get("user"), p.get("agent"), str(p.get("scope")), p.get("project")
+        ):
+            out.append((str(h.id), float(h.score), _record(p)))
+    return out
 
 
 def _engine_error(exc: Exception, action: str, path: Path) -> MemstreamError:
@@ -264,9 +275,9 @@ class EdgeVectorIndex:
         """``hnsw_ef``: the dense search's candidate list on HNSW-indexed segments (None: the
         engine's default); lower is faster, at some cost in recall on large tenants.
         ``search_threads``: engine threads per search (1: requests run side by side instead;
-        the engine's default pool doubles p95 on 2 cores). ``quantize``: int8 scalar
-        quantization of the dense vectors (kept in RAM; the top hits are rescored with the
-        original vectors), ~2x faster dense search."""
+        the engine's default pool makes concurrent searches contend and widens the tail).
+        ``quantize``: int8 scalar quantization of the dense vectors (kept in RAM; the top hits
+        are rescored with the original vectors), for a faster dense search."""
         self.path = Path(path)
         self.hnsw_ef = hnsw_ef
         self.search_threads = search_threads
@@ -518,16 +529,24 @@ class EdgeVectorIndex:
     ) -> list[Hit] | list[RecordHit]:
         inline = limit <= self.direct_search_max and self.searches_inline
         hits = await self._read("query", inline, self.shard.query, request)
-        if with_records:  # the payloads are read anyway: the owner is checked exactly here
-            out = []
-            for h in hits:
-                p = h.payload or {}
-                if p.get("tenant") == flt.tenant and visible(
-                    flt, p.get("user"), p.get("agent"), str(p.get("scope")), p.get("project")
-                ):
-                    out.append((str(h.id), float(h.score), _record(p)))
-            return out
+        if with_records:
+            return _owned(hits, flt)
         return [(str(h.id), float(h.score)) for h in hits]
+
+    def _dense_request(
+        self, vector: Sequence[float], flt: VectorFilter, limit: int, with_records: bool
+    ) -> qe.QueryRequest:
+        self._check(vector)
+        return qe.QueryRequest(
+            limit=limit,
+            query=qe.Query.Nearest(list(vector), using=self.vector_name),
+            filter=edge_filter(flt, self.may_expire(flt.tenant, flt.now)),
+            params=qe.SearchParams(
+                hnsw_ef=max(self.hnsw_ef, limit) if self.hnsw_ef else None,
+                quantization=qe.QuantizationSearchParams(rescore=True) if self.quantize else None,
+            ),
+            with_payload=self._payload_wanted(with_records),
+        )
 
     @staticmethod
     def _payload_wanted(with_records: bool) -> qe.PayloadSelector | bool:
@@ -553,19 +572,10 @@ class EdgeVectorIndex:
     ) -> list[Hit] | list[RecordHit]:
         """(memory id, cosine similarity) best first, only points matching ``flt``; with
         ``with_records=True`` each hit also carries the point's record."""
-        self._check(vector)
         if limit <= 0:
+            self._check(vector)
             return []
-        request = qe.QueryRequest(
-            limit=limit,
-            query=qe.Query.Nearest(list(vector), using=self.vector_name),
-            filter=edge_filter(flt, self.may_expire(flt.tenant, flt.now)),
-            params=qe.SearchParams(
-                hnsw_ef=max(self.hnsw_ef, limit) if self.hnsw_ef else None,
-                quantization=qe.QuantizationSearchParams(rescore=True) if self.quantize else None,
-            ),
-            with_payload=self._payload_wanted(with_records),
-        )
+        request = self._dense_request(vector, flt, limit, with_records)
         return await self._query(request, limit, with_records, flt)
 
     async def search_many(
@@ -575,37 +585,11 @@ class EdgeVectorIndex:
         the segments, one thread hop)."""
         if not queries or limit <= 0:
             return [[] for _ in queries]
-        requests = []
-        for vector, flt in queries:
-            self._check(vector)
-            requests.append(
-                qe.QueryRequest(
-                    limit=limit,
-                    query=qe.Query.Nearest(list(vector), using=self.vector_name),
-                    filter=edge_filter(flt, self.may_expire(flt.tenant, flt.now)),
-                    params=qe.SearchParams(
-                        hnsw_ef=max(self.hnsw_ef, limit) if self.hnsw_ef else None,
-                        quantization=(
-                            qe.QuantizationSearchParams(rescore=True) if self.quantize else None
-                        ),
-                    ),
-                    with_payload=self._payload_wanted(True),
-                )
-            )
+        requests = [self._dense_request(v, flt, limit, True) for v, flt in queries]
         batches = await self._read(
             "query", False, self.shard.query_batch, qe.QueryBatchRequest(requests)
         )
-        out: list[list[RecordHit]] = []
-        for (_, flt), hits in zip(queries, batches, strict=True):
-            found = []
-            for h in hits:  # the owner is checked exactly here, as in ``_query``
-                p = h.payload or {}
-                if p.get("tenant") == flt.tenant and visible(
-                    flt, p.get("user"), p.get("agent"), str(p.get("scope")), p.get("project")
-                ):
-                    found.append((str(h.id), float(h.score), _record(p)))
-            out.append(found)
-        return out
+        return [_owned(hits, flt) for (_, flt), hits in zip(queries, batches, strict=True)]
 
     @overload
     async def search_sparse(
@@ -709,8 +693,8 @@ class EdgeVectorIndex:
         }
 
     async def optimize(self) -> bool:
-        """Build HNSW graphs and merge segments (blocking work, in a thread): ~40 s per 100k
-        points here. Searches work without it (exact scan of the filtered points)."""
+        """Build HNSW graphs and merge segments (long blocking work, so in a thread). Searches
+        work without it (exact scan of the filtered points)."""
         async with self._optimize_lock:
             written = self._since_optimize or 0
             done = await self._in_thread("optimize", self.shard.optimize)

@@ -350,8 +350,27 @@ class ServerVectorIndex:
     async def search_many(
         self, queries: Sequence[tuple[Sequence[float], VectorFilter]], limit: int
     ) -> list[list[RecordHit]]:
-        """``search(..., with_records=True)`` per query, in order."""
-        return [await self.search(v, flt, limit, with_records=True) for v, flt in queries]
+        """``search(..., with_records=True)`` per query, in order, in one batch request."""
+        for v, _ in queries:
+            self._check(v)
+        if limit <= 0 or not queries:
+            return [[] for _ in queries]
+        requests = [
+            models.QueryRequest(
+                query=list(v),
+                using=self.vector_name,
+                filter=server_filter(flt),
+                limit=limit,
+                with_payload=["record"],
+            )
+            for v, flt in queries
+        ]
+        responses = await self._call(
+            "query_batch_points", self._client.query_batch_points(self.collection, requests)
+        )
+        return [
+            [(str(p.id), float(p.score), _record(p.payload)) for p in r.points] for r in responses
+        ]
 
     @overload
     async def search_sparse(

@@ -5,6 +5,8 @@ loopback ports with temp dirs. Each test gets its own subject namespace and Post
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from datetime import UTC, datetime, timedelta
@@ -13,6 +15,40 @@ from pathlib import Path
 import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+# Where runs without --basetemp keep their temp dirs: one folder per process. pytest's default,
+# /tmp/pytest-of-<user>, is shared by every run of that user, and each run resets it to 0700;
+# the embedded PostgreSQL runs as a system user that must traverse to its data directory, so a
+# concurrent run would lock it out mid-test.
+RUNS_DIR = Path(tempfile.gettempdir()) / "memstream-pytest"
+
+
+def _alive(pid: int) -> bool:
+    """Whether a process with this id exists (signal 0 checks without sending anything)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # it exists, under another user
+        return True
+    return True
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_configure(config: pytest.Config) -> None:
+    """Give the run a basetemp of its own unless one was asked for (``--basetemp`` wins).
+
+    tryfirst: pytest's tmpdir plugin reads the option in its own pytest_configure. Folders of
+    runs whose process is gone are removed here, so they do not pile up; the current run's
+    folder stays after it ends, for a look at a failure."""
+    if config.option.basetemp:
+        return
+    RUNS_DIR.mkdir(mode=0o755, exist_ok=True)
+    for old in RUNS_DIR.glob("run-*"):
+        pid = old.name.removeprefix("run-")
+        if pid.isdigit() and not _alive(int(pid)):
+            shutil.rmtree(old, ignore_errors=True)
+    config.option.basetemp = str(RUNS_DIR / f"run-{os.getpid()}")
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -35,7 +35,7 @@ import asyncpg
 import nats
 
 from memstream.consumers.bench import publisher as feed
-from memstream.consumers.bench.conversations import turns
+from memstream.consumers.bench.conversations import sessions, turns
 from memstream.consumers.bench.processes import Services, WorkerProcess
 from memstream.consumers.bench.publisher import EPISODE_EVENTS, Probe, Progress, Publisher
 from memstream.consumers.dlq import dead_letters
@@ -168,13 +168,14 @@ async def _ingest(
             error_cb=_quiet,  # the outage is the point: no traceback per reconnect attempt
         )
         js = nc.jetstream()
+        plan = turns(args.turns, sessions(args.tenants, args.users))
         clients = {
             t: MemoryClient(t, nats_url=nats_server.url, namespace=NAMESPACE)
-            for t in {t.tenant for t in turns(args.turns, args.tenants, args.users)}
+            for t in {t.tenant for t in plan}
         }
         for c in clients.values():
             await c.connect()
-        to_publish = feed.events(clients, turns(args.turns, args.tenants, args.users))
+        to_publish = feed.events(clients, plan)
         progress = Progress()
         # more than a killed worker may hold unacked (a stage pulls 64 at a time): those come
         # back only after the ack deadline, and the publisher must not wait for them

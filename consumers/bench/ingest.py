@@ -27,53 +27,12 @@ from typing import Any
 
 import nats
 
+from memstream.consumers.bench.conversations import DAYS, THINGS, long_text, sessions, turns
 from memstream.consumers.bench.harness import Bench, bench_stack, percentile, progress
 from memstream.consumers.natsconn import nats_options
 from memstream.producers.client import MemoryClient
 from memstream.schemas.subjects import STAGES
 
-FIRST = ["Alice", "Bruno", "Chen", "Dara", "Emeka", "Farah", "Goran", "Hana", "Ivo", "Jun"]
-PLACES = ["Lisbon", "Osaka", "Nairobi", "Toronto", "Krakow", "Lima", "Perth", "Tallinn"]
-THINGS = [
-    "the billing service",
-    "our Postgres cluster",
-    "the mobile app",
-    "the data pipeline",
-    "the search page",
-    "the onboarding flow",
-    "the nightly export",
-    "the auth gateway",
-]
-FOODS = ["oat milk", "green tea", "dark roast coffee", "sourdough", "ramen", "falafel"]
-FILLER = [
-    "I have been thinking about this since the meeting on {day}, and I am still not sure.",
-    "The team spent most of {day} looking at dashboards and arguing about the numbers.",
-    "Honestly it has been a long week, the release slipped twice and everyone is tired.",
-    "We should write this down somewhere before we forget the details again next sprint.",
-    "My manager asked for a summary by {day}, so a short answer would help a lot here.",
-    "It is raining in {place} again, which is why I am working from home this week.",
-]
-USER = [
-    "My email is {first}.{n}@example.com and my phone is +1 415 555 {n4}, use those for the "
-    "invoice about {thing}.",
-    "I prefer {food} in the morning and I really dislike meetings before ten, please keep "
-    "that in mind when you plan {thing}.",
-    "We decided to move {thing} to {place} by {day}, and {first} will own the migration plan "
-    "number {n}.",
-    "Remind me to review the pull request {n} for {thing} before {day}, it blocks the release.",
-    "The fix was to raise the connection pool of {thing} to {n} and restart the workers in "
-    "{place}.",
-    "I live in {place} and I work as an engineer at a company that builds {thing}, ticket {n}.",
-    "Can you summarise what happened with {thing} yesterday? I lost track after ticket {n}.",
-    "My card 4111 1111 1111 1111 was charged twice for {thing}, order {n}, can you check?",
-]
-ASSISTANT = [
-    "Noted. I will keep that in mind for {thing} and follow up with {first} on {day}.",
-    "Understood: {thing} in {place}, owner {first}. I added item {n} to the plan.",
-    "Here is a short summary of {thing}: two incidents, one rollback, ticket {n} still open.",
-    "Done. I scheduled a reminder for {day} about {thing} (reference {n}).",
-]
-DAYS = ["Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "the 14th", "next week"]
 QUERIES = [
     "what did we decide about {thing}?",
     "what does the user prefer in the morning?",
@@ -82,39 +41,6 @@ QUERIES = [
     "what do I need to review before {day}?",
     "contact details for the invoice",
 ]
-
-
-def make_text(rng: random.Random, i: int) -> tuple[str, str]:
-    """A user message of ~300 characters and an assistant reply, unique per ``i``."""
-    slots = {
-        "first": rng.choice(FIRST),
-        "place": rng.choice(PLACES),
-        "thing": rng.choice(THINGS),
-        "food": rng.choice(FOODS),
-        "day": rng.choice(DAYS),
-        "n": str(1000 + i),
-        "n4": f"{i % 10000:04d}",
-    }
-    user = rng.choice(USER).format(**slots)
-    while len(user) < 280:
-        user += " " + rng.choice(FILLER).format(**slots)
-    return user, rng.choice(ASSISTANT).format(**slots)
-
-
-@dataclass(frozen=True)
-class Session:
-    tenant: str
-    user: str
-    session: str
-
-
-def sessions(tenants: int, users: int, per_user: int) -> list[Session]:
-    return [
-        Session(f"t{t}", f"u{u}", f"s{s}")
-        for t in range(tenants)
-        for u in range(users)
-        for s in range(per_user)
-    ]
 
 
 @dataclass
@@ -215,19 +141,18 @@ def stage_report(
 
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
-    rng = random.Random(args.seed)
     async with bench_stack() as bench:
         nc = await nats.connect(bench.stack.nats_url, **nats_options(bench.stack.settings))
         watch = Watch()
         subjects = bench.worker.deps.subjects
         await nc.subscribe(subjects.events(), cb=watch.on_event, pending_msgs_limit=1_000_000)
         clients: dict[str, MemoryClient] = {}
-        for t in range(args.tenants):
-            clients[f"t{t}"] = await bench.client(f"t{t}").connect()
+        pool = sessions(args.tenants, args.users, args.sessions)
+        for tenant in {s.tenant for s in pool}:
+            clients[tenant] = await bench.client(tenant).connect()
         try:
             hop = await bare_hop(nc, f"{bench.settings.namespace}hop", args.hop_messages, 600)
             print(f"  bare JetStream hop: {hop['msgs_per_s']:,.0f} msgs/s", flush=True)
-            pool = sessions(args.tenants, args.users, args.sessions)
             run_id = uuid.uuid4().hex[:6]
 
             # --- throughput -------------------------------------------------------------
@@ -235,27 +160,23 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             per_session: dict[int, list[int]] = {}
             for i in range(args.turns):
                 per_session.setdefault(i % len(pool), []).append(i)
-            texts = [make_text(rng, i) for i in range(args.turns)]
+            plan = turns(args.turns, pool, args.seed, text=long_text, replies=1.0)
             before = stage_snapshot(bench)
             started = time.perf_counter()
             published = 0
 
-            async def publish_session(k: int, turns: list[int]) -> None:
+            async def publish_session(order: list[int]) -> None:
                 nonlocal published
-                sess = pool[k]
-                for i in turns:
-                    user_text, reply = texts[i]
-                    await clients[sess.tenant].publish_turn(
-                        [("user", user_text), ("assistant", reply)],
-                        user=sess.user,
-                        session=sess.session,
-                        event_id=ids[i],
+                for i in order:  # one session's turns, in order
+                    t = plan[i]
+                    await clients[t.tenant].publish_turn(
+                        t.messages, user=t.user, session=t.session, event_id=ids[i]
                     )
                     published += 1
                     if published % 1000 == 0 or published == args.turns:
                         progress("published", published, args.turns, started)
 
-            await asyncio.gather(*(publish_session(k, t) for k, t in per_session.items()))
+            await asyncio.gather(*(publish_session(o) for o in per_session.values()))
             publish_s = time.perf_counter() - started
             missing = await watch.all_of(ids, args.timeout)
             last = max((watch.arrived[e] for e in ids if e in watch.arrived), default=started)
@@ -271,7 +192,9 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
 
             # --- latency at a paced rate, with recall running -----------------------------
             paced_ids = [f"ing-{run_id}-p{i}" for i in range(args.paced_turns)]
-            paced_texts = [make_text(rng, args.turns + i) for i in range(args.paced_turns)]
+            paced = turns(
+                args.paced_turns, pool, args.seed + 2, text=long_text, replies=1.0, first=args.turns
+            )
             latencies: list[float] = []
             recall_ms: list[float] = []
             recall_errors = 0
@@ -294,17 +217,13 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                     recall_ms.append((time.perf_counter() - t0) * 1000)
 
             async def one(i: int) -> None:
-                sess = pool[i % len(pool)]
-                user_text, reply = paced_texts[i]
+                t = paced[i]
                 loop = asyncio.get_running_loop()
                 fut: asyncio.Future[float] = loop.create_future()
                 watch.waiters[paced_ids[i]] = fut
                 t0 = time.perf_counter()
-                await clients[sess.tenant].publish_turn(
-                    [("user", user_text), ("assistant", reply)],
-                    user=sess.user,
-                    session=sess.session,
-                    event_id=paced_ids[i],
+                await clients[t.tenant].publish_turn(
+                    t.messages, user=t.user, session=t.session, event_id=paced_ids[i]
                 )
                 try:
                     arrived = await asyncio.wait_for(fut, args.timeout)

@@ -275,7 +275,7 @@ class Redactor:
             we = line_end
             if windows and ws <= windows[-1][1] + _WINDOW:
                 # overlapping, or a short gap: one window (a wider context never hurts, and
-                # each detection pass has a fixed cost of ~30 µs)
+                # each detection pass has a fixed cost that fewer windows pay less often)
                 windows[-1] = (windows[-1][0], max(we, windows[-1][1]))
             else:
                 windows.append((ws, we))

@@ -40,7 +40,7 @@ _REPLACED = frozenset({"generic-api-key", "private-key", "jwt"})
 _DERIVED_KEYWORDS = {"database-password": ("pwd", "db_passw", "database_passw")}
 
 # Two published keywords occur in most texts ("s." ends every plural before a full stop, "sk"
-# is in "ask" and "task"), so their rules ran on ~60% of messages for almost no hits. Each is
+# is in "ask" and "task"), so their rules would run on most messages for almost no hits. Each is
 # looked for as a pattern its rule's regex requires around it instead (still a necessary
 # condition, on the lower-cased text): vault's ``s\.(?i:[a-z0-9]{24})`` starts with ``s.``
 # and a letter or digit, ``(?i)`` so that what the rule's case folding accepts there (the

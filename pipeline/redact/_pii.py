@@ -27,9 +27,9 @@ from memstream.pipeline.redact._core import (
     luhn_ok,
 )
 
-# The local part is unbounded here (a counted repetition makes RE2's scan ~3x slower) and
-# limited to 64 characters in Python. Same result: a bounded pattern matched only the last 64
-# characters of a longer run, a fragment that was then skipped as such.
+# The local part is unbounded here (a counted repetition makes RE2's scan several times
+# slower) and limited to 64 characters in Python, which gives the same matches: a bounded
+# pattern would match only the last 64 characters of a longer run, a fragment then skipped.
 _EMAIL = compile_re2(
     r"(?i)[a-z0-9][a-z0-9._%+\-]*@(?:[a-z0-9](?:[a-z0-9\-]{0,62}[a-z0-9])?\.){1,8}"
     r"[a-z]{2,24}\b"
@@ -181,7 +181,7 @@ PHONE_MEMO: ContextVar[dict[tuple[str, bool], bool] | None] = ContextVar("PHONE_
 class PhoneValidator:
     """Validates phone candidates with phonenumbers, with a per-call budget.
 
-    Parsing a candidate against many regions costs ~1 ms; an adversarial text can hold tens of
+    Parsing a candidate against many regions is slow; an adversarial text can hold tens of
     thousands of candidates. Past the budget, candidates are judged by shape alone (7-15
     digits with phone-like grouping): the redactor fails closed, never slow.
     """

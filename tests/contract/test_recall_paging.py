@@ -11,8 +11,11 @@ import pytest
 import qdrant_edge as qe
 
 from memstream.consumers.recall import RecallService
+from memstream.consumers.services import Services
 from memstream.schemas.memory import MemoryType, Scope
 from memstream.schemas.recall import RecallRequest
+from memstream.schemas.settings import Settings
+from memstream.storage.memory import MemoryStore
 from memstream.storage.ports import VectorFilter, VectorPoint
 from memstream.storage.qdrant_edge import EdgeVectorIndex, owner_payload
 
@@ -73,6 +76,12 @@ async def store(index: EdgeVectorIndex, sources: list[str]) -> list[str]:
     return ids
 
 
+def service(index: Counting) -> RecallService:
+    """Recall over ``index``; only the index is read (no embedder, no redactor)."""
+    services = Services(Settings(), MemoryStore(), index, None, None)  # type: ignore[arg-type]
+    return RecallService(services)
+
+
 def ranked(ids: list[str]) -> list[tuple[str, float]]:
     return [(m, 1 - i / 100) for i, m in enumerate(ids)]
 
@@ -80,7 +89,7 @@ def ranked(ids: list[str]) -> list[tuple[str, float]]:
 async def test_one_page_when_nothing_collapses(index: Counting) -> None:
     """Distinct memories fill top_k from the first page fetched."""
     ids = await store(index, [f"e{i}" for i in range(30)])
-    svc = RecallService(None, index, None)  # type: ignore[arg-type]  # only the index is read
+    svc = service(index)
     req = RecallRequest(tenant="acme", user="ann", query="q", top_k=5)
     hits, truncated = await svc._select_fetched(req, ranked(ids), ANN)
     assert [h.id for h in hits] == ids[:5] and not truncated
@@ -90,7 +99,7 @@ async def test_one_page_when_nothing_collapses(index: Counting) -> None:
 async def test_more_pages_while_the_collapse_drops_hits(index: Counting) -> None:
     """The first 15 memories all come from one event: 14 of them add nothing."""
     ids = await store(index, ["same"] * 15 + [f"e{i}" for i in range(15)])
-    svc = RecallService(None, index, None)  # type: ignore[arg-type]
+    svc = service(index)
     req = RecallRequest(tenant="acme", user="ann", query="q", top_k=5)
     hits, _ = await svc._select_fetched(req, ranked(ids), ANN)
     assert [h.id for h in hits] == [ids[0], *ids[15:19]]
@@ -100,7 +109,7 @@ async def test_more_pages_while_the_collapse_drops_hits(index: Counting) -> None
 async def test_paging_stops_below_the_threshold(index: Counting) -> None:
     """No further page is fetched once candidates fall below the score threshold."""
     ids = await store(index, ["same"] * 20)
-    svc = RecallService(None, index, None)  # type: ignore[arg-type]
+    svc = service(index)
     req = RecallRequest(tenant="acme", user="ann", query="q", top_k=5, score_threshold=0.5)
     scored = [(m, 0.9 if i < 3 else 0.1) for i, m in enumerate(ids)]
     hits, _ = await svc._select_fetched(req, scored, ANN)
@@ -125,7 +134,7 @@ async def test_a_record_of_another_owner_is_dropped_whatever_the_index_returns(
     assert await index.search_sparse({1: 1.0}, bob, 5, with_records=True) == []
     found = await index.search(axis, ANN, 5, with_records=True)
     assert [m for m, _, _ in found] == [mine]  # theirs carries bob's keys now
-    svc = RecallService(None, index, None)  # type: ignore[arg-type]
+    svc = service(index)
     req = RecallRequest(tenant="acme", user="bob", query="q", top_k=5)
     hits, _ = await svc._select_fetched(req, ranked([theirs]), bob)
     assert hits == []

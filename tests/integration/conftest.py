@@ -15,6 +15,7 @@ import pytest
 from memstream.consumers.app import Worker
 from memstream.consumers.embedded import free_port
 from memstream.consumers.run import make_vector_index
+from memstream.consumers.services import Services
 from memstream.consumers.topology import drained
 from memstream.pipeline.redact import Redactor
 from memstream.producers.client import MemoryClient
@@ -63,18 +64,18 @@ class Running:
         """Inside: the worker's vector index is a Qdrant server that is not there, so every
         index call fails as in an outage."""
         w = self.worker
-        live = w.deps.vectors
+        live = w.services.vectors
         down = ServerVectorIndex(
             url=f"http://127.0.0.1:{free_port()}",
             timeout=1,
             check_compatibility=False,
             dim=w.embedder.dim,
         )
-        w.vectors = w.deps.vectors = w.recall.vectors = w.commands.deps.vectors = down
+        w.services.vectors = down  # Worker, Deps, recall and commands all read it
         try:
             yield
         finally:
-            w.vectors = w.deps.vectors = w.recall.vectors = w.commands.deps.vectors = live
+            w.services.vectors = live
             await down.close()
 
 
@@ -99,7 +100,7 @@ async def running(
     )
     vectors = make_vector_index(settings)
     await vectors.ensure(embedder.dim)
-    worker = Worker(settings, nats_url, pg, vectors, embedder, Redactor(key=b"test-key"))
+    worker = Worker(Services(settings, pg, vectors, embedder, Redactor(key=b"test-key")), nats_url)
     await worker.start()
     yield Running(settings, worker, pg, nats_url)
     await worker.stop()

@@ -8,6 +8,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+from workers import refuse_inserts
 
 from memstream.consumers.batch_stages import BATCH_STAGES
 from memstream.consumers.batching import BatchRunner
@@ -37,13 +38,7 @@ async def test_poison_message_is_isolated_from_its_batch(running) -> None:
     """Five candidates fetched as one store batch, the second refused by Postgres: the batch
     call fails, the singles path dead-letters that one on its first delivery with its reason,
     stores and acks the other four, and retries nothing."""
-    async with running.pg._pool.acquire() as con:  # test setup: a trigger no API would add
-        await con.execute(
-            "CREATE FUNCTION refuse() RETURNS trigger AS $$ BEGIN "
-            "RAISE EXCEPTION 'refused' USING ERRCODE = '22023'; END; $$ LANGUAGE plpgsql; "
-            "CREATE TRIGGER refuse BEFORE INSERT ON memories FOR EACH ROW "
-            "WHEN (NEW.content LIKE '%quux-refuse%') EXECUTE FUNCTION refuse()"
-        )
+    await refuse_inserts(running.pg)
     worker = running.worker
     await worker.broker.pulls.stop()  # the test fetches the store stage's batch itself
     s, js = worker.deps.subjects, worker.deps.js

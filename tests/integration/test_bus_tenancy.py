@@ -21,6 +21,7 @@ from natsservers import NS, Bus, operator_mode_server
 from memstream.consumers import creds
 from memstream.consumers.app import Worker
 from memstream.consumers.run import Stack, make_redactor, make_vector_index, make_worker
+from memstream.consumers.services import Services
 from memstream.pipeline.redact import Redactor
 from memstream.producers.client import MemoryClient, RecallError
 from memstream.producers.connection import NatsAuth, creds_inbox_prefix
@@ -79,7 +80,9 @@ async def worker(bus: Bus, pg: PgStore, tmp_path: Path, embedder: Any) -> AsyncI
     )
     vectors = make_vector_index(settings)
     await vectors.ensure(embedder.dim)
-    w = Worker(settings, bus.url, pg, vectors, embedder, Redactor(key=b"test-key-0123456789"))
+    w = Worker(
+        Services(settings, pg, vectors, embedder, Redactor(key=b"test-key-0123456789")), bus.url
+    )
     await w.start()
     yield w
     await w.stop()

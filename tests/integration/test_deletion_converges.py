@@ -56,14 +56,14 @@ async def test_failed_delete_is_repaired_by_the_reconciler(running, embedder) ->
         gone = await mem.remember("the vault code is in the red binder")
         await mem.fact_put("pet", "a parrot called Rio")
         erased = await era.remember("my old locker is number 41")
-        running.worker.deps.vectors = unreachable_index(embedder.dim)
+        running.worker.services.vectors = unreachable_index(embedder.dim)
         try:
             await mem.forget(gone.id)
             superseded = (await mem.fact_put("pet", "a cat called Mia")).detail["superseded"]
             counts = await era.forget_owner()
             assert counts["memories"] == 1
         finally:
-            running.worker.deps.vectors = live
+            running.worker.services.vectors = live
         stale = [gone.id, superseded, erased.id]
         assert set(await live.fetch("acme", stale)) == set(stale)  # the deletes did not happen
         await running.worker.reconcile_once()

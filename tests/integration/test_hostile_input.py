@@ -11,6 +11,7 @@ from typing import Any
 
 import nats
 import pytest
+from workers import refuse_inserts
 
 from memstream.consumers.dlq import dead_letters
 from memstream.consumers.dlq import run as dlq_run
@@ -102,13 +103,7 @@ async def test_postgres_data_errors_dead_letter_on_first_delivery(running) -> No
     """A value Postgres refuses (here a trigger raising SQLSTATE 22023 for one text, as the
     server does for NUL or a malformed number) is permanent: the store stage dead-letters it
     on the first delivery, with the SQLSTATE, instead of retrying up to max_deliver."""
-    async with running.pg._pool.acquire() as con:  # test setup: a trigger no API would add
-        await con.execute(
-            "CREATE FUNCTION refuse() RETURNS trigger AS $$ BEGIN "
-            "RAISE EXCEPTION 'refused' USING ERRCODE = '22023'; END; $$ LANGUAGE plpgsql; "
-            "CREATE TRIGGER refuse BEFORE INSERT ON memories FOR EACH ROW "
-            "WHEN (NEW.content LIKE '%quux-refuse%') EXECUTE FUNCTION refuse()"
-        )
+    await refuse_inserts(running.pg)
     async with running.client("acme", user="nan") as mem:
         await mem.publish_turn([("user", "The word quux-refuse is stored nowhere.")])
     dead = await one_dead_letter(running, "store")

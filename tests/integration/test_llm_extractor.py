@@ -17,6 +17,7 @@ from pydantic import SecretStr
 
 from memstream.consumers.app import Worker
 from memstream.consumers.run import make_vector_index
+from memstream.consumers.services import Services
 from memstream.consumers.topology import drained
 from memstream.pipeline.redact import Redactor
 from memstream.producers.client import MemoryClient
@@ -99,7 +100,7 @@ async def llm_worker(
     )
     vectors = make_vector_index(settings)
     await vectors.ensure(embedder.dim)
-    worker = Worker(settings, nats_url, pg, vectors, embedder, Redactor(key=b"test-key"))
+    worker = Worker(Services(settings, pg, vectors, embedder, Redactor(key=b"test-key")), nats_url)
     await worker.start()
     yield worker
     await worker.stop()

@@ -22,6 +22,7 @@ from memstream.consumers import creds
 from memstream.consumers.app import Worker
 from memstream.consumers.embedded import free_port, nats_server_binary, wait_for_port
 from memstream.consumers.run import make_vector_index
+from memstream.consumers.services import Services
 from memstream.consumers.topology import drained, topology
 from memstream.pipeline.redact import Redactor
 from memstream.producers.client import MemoryClient, PublishError
@@ -157,7 +158,7 @@ async def test_r3_streams_survive_a_killed_node(
     vectors = make_vector_index(settings)
     await vectors.ensure(embedder.dim)
     await _until(lambda: _places_r3(urls, worker_creds), 60, "the cluster to place R3 streams")
-    worker = Worker(settings, urls, pg, vectors, embedder, Redactor(key=b"k"))
+    worker = Worker(Services(settings, pg, vectors, embedder, Redactor(key=b"k")), urls)
     await worker.start()
     s = Subjects(NS)
     agent_creds = creds.tenant(authority, NS, "acme", tmp_path / "acme.creds", user="ana")[0]

@@ -12,11 +12,13 @@ from pathlib import Path
 
 import nats
 import pytest
+from workers import start_worker
 
 from memstream.consumers.app import Worker
 from memstream.consumers.batch_stages import dedupe_batch, store_batch
 from memstream.consumers.embedded import EmbeddedNats, EmbeddedPostgres
 from memstream.consumers.run import make_vector_index
+from memstream.consumers.services import Services
 from memstream.consumers.stages import _redact_candidate, dedupe_work, store_work
 from memstream.consumers.topology import topology
 from memstream.pipeline.extract import extract
@@ -111,14 +113,6 @@ def own_nats(tmp_path: Path) -> Iterator[EmbeddedNats]:
     server.stop()
 
 
-async def _worker(settings: Settings, pg: PgStore, embedder: Embedder) -> Worker:
-    vectors = make_vector_index(settings)
-    await vectors.ensure(embedder.dim)
-    worker = Worker(settings, settings.nats_url or "", pg, vectors, embedder, Redactor(key=b"k"))
-    await worker.start()
-    return worker
-
-
 async def _until(predicate: Callable[[], Awaitable[bool]], seconds: float, what: str) -> float:
     """Wait for ``predicate``; returns the seconds it took."""
     started = time.monotonic()
@@ -160,7 +154,7 @@ async def test_nats_restart_does_not_wedge_ingest(
         state_dir=tmp_path / "state",
         stage=StageSettings(max_deliver=3, ack_wait_s=10),
     )
-    worker = await _worker(settings, pg, embedder)
+    worker = await start_worker(settings, pg, embedder)
     flt = OwnerFilter(tenant="acme")
     try:
         async with MemoryClient("acme", user="lee", nats_url=own_nats.url) as mem:
@@ -212,7 +206,7 @@ async def test_postgres_outage_is_retried_in_place_without_using_deliveries(
         state_dir=tmp_path / "state",
         stage=StageSettings(max_deliver=2, ack_wait_s=5, retry_delays_s=[60.0], batched=batched),
     )
-    worker = await _worker(settings, store, embedder)
+    worker = await start_worker(settings, store, embedder)
     try:
         await asyncio.to_thread(own_postgres.halt, "kill")
         async with MemoryClient("acme", user="mo", nats_url=nats_url, namespace=namespace) as mem:
@@ -257,7 +251,7 @@ async def test_memories_kept_unindexed_are_indexed_soon_after_the_index_returns(
     )
     vectors = make_vector_index(settings)
     await vectors.ensure(embedder.dim)
-    worker = Worker(settings, nats_url, pg, vectors, embedder, Redactor(key=b"k"))
+    worker = Worker(Services(settings, pg, vectors, embedder, Redactor(key=b"k")), nats_url)
     await worker.start()
     flt = OwnerFilter(tenant="acme", user="kim")
     try:
@@ -308,7 +302,7 @@ async def test_a_redelivered_near_duplicate_is_not_stored_twice(
         fault_vector_offline_file=flag,
         stage=StageSettings(batched=batched),
     )
-    worker = await _worker(settings, pg, embedder)
+    worker = await start_worker(settings, pg, embedder)
     flt = OwnerFilter(tenant="acme", user="ola")
     try:
         async with MemoryClient("acme", user="ola", nats_url=nats_url, namespace=namespace) as mem:
@@ -372,7 +366,7 @@ async def test_a_worker_indexes_what_an_earlier_process_left_unindexed(
     settings = Settings(
         nats_url=nats_url, namespace=namespace, state_dir=tmp_path / "state", sweep_every_s=30.0
     )
-    worker = await _worker(settings, pg, embedder)
+    worker = await start_worker(settings, pg, embedder)
     try:
         took = await _until(lambda: _all_indexed(pg, flt), 20, "the memory to be indexed")
         assert took < 10, f"indexed {took:.0f} s after the start"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 from datetime import timedelta
 
 import pytest
@@ -153,7 +154,7 @@ async def test_degrades_to_keyword_when_the_embedder_fails(running) -> None:
         def embed_query(self, text):
             raise RuntimeError("model file unreadable")
 
-    svc = RecallService(running.pg, running.worker.vectors, Broken())
+    svc = RecallService(replace(running.worker.services, embedder=Broken()))
     for method in ("hybrid", "vector"):
         reply = await svc.recall(
             RecallRequest(tenant="acme", user="zoe", query="green tea", method=method)
@@ -171,7 +172,7 @@ async def test_degrades_to_postgres_when_the_vector_index_is_down(running) -> No
         check_compatibility=False,
         dim=running.worker.embedder.dim,
     )
-    svc = RecallService(running.pg, down, running.worker.embedder)
+    svc = RecallService(replace(running.worker.services, vectors=down))
     reply = await svc.recall(RecallRequest(tenant="acme", user="zoe", query="green tea"))
     assert reply.degraded == ["vector_index"]
     assert reply.hits[0].id == ids["tea"]
@@ -187,7 +188,7 @@ async def test_vector_recall_answers_when_postgres_is_down(
 
     gone = await PgStore.connect(database_url, schema=namespace)
     await gone.close()
-    svc = RecallService(gone, running.worker.vectors, running.worker.embedder)
+    svc = RecallService(replace(running.worker.services, store=gone))
     reply = await svc.recall(RecallRequest(tenant="acme", user="zoe", query="green tea"))
     assert reply.hits[0].id == ids["tea"] and reply.degraded == []
     await svc.flush_touches()  # access counting fails, logged, not raised
@@ -196,7 +197,7 @@ async def test_vector_recall_answers_when_postgres_is_down(
 async def test_no_store_answers_gives_an_error_code(running) -> None:
     """Index and Postgres both down: the agent gets 'unavailable', not a hang or a crash."""
     await seed(running)
-    running.worker.recall.vectors = ServerVectorIndex(
+    running.worker.services.vectors = ServerVectorIndex(
         url=f"http://127.0.0.1:{free_port()}",
         timeout=1,
         check_compatibility=False,

@@ -8,6 +8,7 @@ import pytest
 from memstream.consumers.app import Worker
 from memstream.consumers.embedded import free_port
 from memstream.consumers.run import make_vector_index
+from memstream.consumers.services import Services
 from memstream.consumers.topology import apply, topology
 from memstream.pipeline.redact import Redactor
 from memstream.schemas.settings import Settings, StageSettings
@@ -72,7 +73,7 @@ async def test_vector_index_down_keeps_memories_and_reconciles(
         check_compatibility=False,
         dim=embedder.dim,
     )
-    worker = Worker(settings, nats_url, pg, down, embedder, Redactor(key=b"k"))
+    worker = Worker(Services(settings, pg, down, embedder, Redactor(key=b"k")), nats_url)
     await worker.start()
     try:
         from memstream.producers.client import MemoryClient
@@ -89,7 +90,7 @@ async def test_vector_index_down_keeps_memories_and_reconciles(
             # the index is back (a live engine): the maintenance round indexes what waited
             live = make_vector_index(settings)
             await live.ensure(embedder.dim)
-            worker.vectors = worker.deps.vectors = worker.recall.vectors = live
+            worker.services.vectors = live
             await worker.reconcile_once()  # the maintenance loop may have been first
             assert all(r.indexed for r in await pg.list_memories(flt))
             reply = await mem.recall("where is the spare tyre?", cache=False)
@@ -127,7 +128,7 @@ async def test_postgres_outage_dead_letters_then_replay_stores(
     await broken.close()
     vectors = make_vector_index(settings)
     await vectors.ensure(embedder.dim)
-    worker = Worker(settings, nats_url, broken, vectors, embedder, Redactor(key=b"k"))
+    worker = Worker(Services(settings, broken, vectors, embedder, Redactor(key=b"k")), nats_url)
     await worker.start()
     s = Subjects(namespace)
     nc = await nats.connect(nats_url)
@@ -140,7 +141,7 @@ async def test_postgres_outage_dead_letters_then_replay_stores(
             (dead,) = await dead_letters(js, s, "extract", 10)
             assert "StorageUnavailable" in dead.headers[DLQ_REASON_HEADER]
             healthy = await PgStore.connect(database_url, schema=namespace)
-            worker.pg = worker.deps.pg = worker.recall.pg = healthy
+            worker.services.store = healthy
             args = argparse.Namespace(action="replay", stage="extract", limit=100)
             assert await dlq_run(args, settings, nats_url) == 0
             assert await dead_letters(js, s, "extract", 10) == []

@@ -10,12 +10,10 @@ from pathlib import Path
 import nats
 import pytest
 from nats.aio.client import Client as NATS
+from workers import start_worker
 
-from memstream.consumers.app import Worker
 from memstream.consumers.embedded import EmbeddedNats
 from memstream.consumers.ops import serve_http
-from memstream.consumers.run import make_vector_index
-from memstream.pipeline.redact import Redactor
 from memstream.schemas.recall import RecallRequest
 from memstream.schemas.settings import Settings
 from memstream.storage.ports import Embedder
@@ -24,19 +22,11 @@ from memstream.storage.postgres import PgStore
 pytestmark = pytest.mark.integration
 
 
-async def _worker(settings: Settings, pg: PgStore, embedder: Embedder) -> Worker:
-    vectors = make_vector_index(settings)
-    await vectors.ensure(embedder.dim)
-    worker = Worker(settings, settings.nats_url or "", pg, vectors, embedder, Redactor(key=b"k"))
-    await worker.start()
-    return worker
-
-
 async def test_maintenance_loop_survives_unexpected_errors(running) -> None:
     """A maintenance round that raises something other than a MemstreamError (a NATS timeout
     in the sweeper's emit, a bug) is logged, and rounds go on."""
     worker = running.worker
-    worker.settings = worker.settings.model_copy(update={"sweep_every_s": 0.05})
+    worker.services.settings = worker.settings.model_copy(update={"sweep_every_s": 0.05})
     rounds: list[str] = []
     done = asyncio.Event()
 
@@ -64,7 +54,7 @@ async def test_recall_is_bounded_and_every_request_has_a_deadline(running) -> No
     `unavailable` at once, and the queued ones `timeout` at their deadline: no request waits
     without bound and no task is made per request beyond the bound."""
     worker = running.worker
-    worker.settings = worker.settings.model_copy(
+    worker.services.settings = worker.settings.model_copy(
         update={"recall_max_pending": 4, "recall_deadline_s": 0.5}
     )
     for _ in range(64):  # every slot busy, as under a flood of slow recalls
@@ -91,7 +81,7 @@ async def test_closed_nats_connection_marks_the_worker_lost(
     worker` exit non-zero for its supervisor."""
     server = EmbeddedNats.start(tmp_path / "nats")
     settings = Settings(nats_url=server.url, namespace="mem", state_dir=tmp_path / "state")
-    worker = await _worker(settings, pg, embedder)
+    worker = await start_worker(settings, pg, embedder)
     try:
         assert worker._nc.options["max_reconnect_attempts"] == -1
         broker_nc = worker.broker.config.connection_state.connection
@@ -135,7 +125,7 @@ async def test_healthz_names_every_server_it_cannot_reach(
         fault_vector_offline_file=flag,
     )
     pg = await PgStore.connect(database_url, schema="healthz")
-    worker = await _worker(settings, pg, embedder)
+    worker = await start_worker(settings, pg, embedder)
     ops = await serve_http(worker, "127.0.0.1", 0)
     port = ops.sockets[0].getsockname()[1]
     try:
@@ -153,11 +143,11 @@ async def test_healthz_names_every_server_it_cannot_reach(
                 break
             await asyncio.sleep(0.1)
         real = worker.pg
-        worker.pg = await PgStore.connect(database_url, schema="healthz")
+        worker.services.store = await PgStore.connect(database_url, schema="healthz")
         await worker.pg.close()  # a pool that cannot answer
         status, body = await _get(port, "/healthz")
         assert status == 503 and body.startswith("postgres:"), body
-        worker.pg = real
+        worker.services.store = real
         assert (await _get(port, "/healthz"))[0] == 200
     finally:
         ops.close()

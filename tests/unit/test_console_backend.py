@@ -2,20 +2,7 @@
 
 from __future__ import annotations
 
-import json
-
-from memstream.console.backend import _percentile, _tenant_of
-
-
-def test_tenant_of_a_turn_a_candidate_and_garbage() -> None:
-    """A turn names its tenant at the top, a candidate in its owner; anything else, nobody."""
-    assert _tenant_of(json.dumps({"tenant": "acme", "messages": []}).encode()) == "acme"
-    candidate = {"owner": {"tenant": "beta", "user": "u"}, "content": "x"}
-    assert _tenant_of(json.dumps(candidate).encode()) == "beta"
-    assert _tenant_of(b"\xff not json") is None
-    assert _tenant_of(b"[1, 2]") is None
-    assert _tenant_of(json.dumps({"tenant": 7}).encode()) is None
-    assert _tenant_of(json.dumps({"tenant": ""}).encode()) is None
+from memstream.console.backend import _percentile
 
 
 def test_percentile_of_ordered_samples() -> None:

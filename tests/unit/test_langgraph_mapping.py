@@ -6,11 +6,11 @@ from __future__ import annotations
 import pytest
 from langgraph.store.base import MatchCondition
 
-from memstream.producers.langgraph_store import (
+from memstream.producers.langgraph_items import (
     Where,
     _compare,
-    _does_match,
     key_tag,
+    namespace_matches,
     prefix_tag,
     where,
 )
@@ -44,11 +44,11 @@ def test_tags_are_exact_and_bounded() -> None:
 def test_match_conditions() -> None:
     """Prefix and suffix conditions with `*` wildcards, as LangGraph defines them."""
     ns = ("users", "u1", "memories")
-    assert _does_match(MatchCondition("prefix", ("users", "*")), ns)
-    assert _does_match(MatchCondition("suffix", ("memories",)), ns)
-    assert not _does_match(MatchCondition("prefix", ("agents",)), ns)
-    assert not _does_match(MatchCondition("suffix", ("u1",)), ns)
-    assert not _does_match(MatchCondition("prefix", ("users", "u1", "memories", "x")), ns)
+    assert namespace_matches(MatchCondition("prefix", ("users", "*")), ns)
+    assert namespace_matches(MatchCondition("suffix", ("memories",)), ns)
+    assert not namespace_matches(MatchCondition("prefix", ("agents",)), ns)
+    assert not namespace_matches(MatchCondition("suffix", ("u1",)), ns)
+    assert not namespace_matches(MatchCondition("prefix", ("users", "u1", "memories", "x")), ns)
 
 
 def test_filters() -> None:

@@ -46,7 +46,7 @@ def _extract_seconds(content: str) -> float:
 
 def test_extract_is_linear_on_hostile_messages() -> None:
     """~1 MB of dots without a following space, of 'first ' cues, or of a thousand-character
-    sentence repeated, extracts in well under the 2 s a quadratic splitter took for 16 kB."""
+    sentence repeated, each extracts in under 2 s (a quadratic splitter needs longer for 16 kB)."""
     hostile = {
         "dots": "I prefer " + "." * 990_000 + "x",
         "first": "first " * 165_000,

@@ -15,7 +15,7 @@ def test_token_roundtrips_any_id(value: str) -> None:
 
 
 def test_distinct_ids_give_distinct_tokens() -> None:
-    """Encoding is injective on the ids that used to collide (a.b vs a%2Eb)."""
+    """Encoding is injective on ids a naive escaping would collide (a.b vs a%2Eb)."""
     assert token("a.b") != token("a%2Eb")
     assert token("") != token("%00") or untoken(token("")) == ""
 

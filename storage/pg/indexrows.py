@@ -1,0 +1,128 @@
+"""The rows the indexer reads and marks: each episode's neighbours in its session (the
+keyword leg's context) and the ``indexed`` flag."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from datetime import datetime
+
+from memstream.schemas.memory import MemoryRecord
+from memstream.storage.pg.base import PgBase
+from memstream.storage.pg.sql import _COLUMNS, _record
+
+_PLACE = "m.content, m.occurred_at, m.created_at, m.id"  # what ordering a context needs
+
+
+def _once(memories: Sequence[MemoryRecord]) -> list[MemoryRecord]:
+    """Each memory once, by id: a memory listed twice would get its neighbours twice."""
+    return list({str(uuid.UUID(m.id)): m for m in memories}.values())
+
+
+def _positions(
+    memories: Sequence[MemoryRecord],
+) -> tuple[
+    list[str],
+    list[str],
+    list[str | None],
+    list[str | None],
+    list[datetime],
+    list[datetime],
+    list[uuid.UUID],
+]:
+    """The unnest arrays ($1..$7) of the memories' places in their sessions, in the column
+    order ``q(tenant, session, user_id, agent_id, occurred_at, created_at, id)``."""
+    return (
+        [m.tenant for m in memories],
+        [m.session for m in memories],
+        [m.user for m in memories],
+        [m.agent for m in memories],
+        [m.occurred_at for m in memories],
+        [m.created_at for m in memories],
+        [uuid.UUID(m.id) for m in memories],
+    )
+
+
+def _neighbours(columns: str, before: bool) -> str:
+    """FROM clause: the $8 episodes right before (or after) each memory of ``_positions`` in
+    its session and owner, nearest first, as a lateral join on ``q`` (one statement for a
+    whole batch, not one per memory)."""
+    op, order = ("<", " DESC") if before else (">", "")
+    return (
+        "unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::timestamptz[], "
+        "$6::timestamptz[], $7::uuid[]) "
+        "AS q(tenant, session, user_id, agent_id, occurred_at, created_at, id) "
+        f"CROSS JOIN LATERAL (SELECT {columns} FROM memories m WHERE m.tenant = q.tenant "
+        "AND m.session = q.session AND m.type = 'episode' "
+        "AND m.user_id IS NOT DISTINCT FROM q.user_id "
+        "AND m.agent_id IS NOT DISTINCT FROM q.agent_id "
+        f"AND (m.occurred_at, m.created_at, m.id) {op} (q.occurred_at, q.created_at, q.id) "
+        f"AND m.deleted_at IS NULL ORDER BY m.occurred_at{order}, m.created_at{order}, "
+        f"m.id{order} LIMIT $8)"
+    )
+
+
+class PgIndexRows(PgBase):
+    """Session neighbours in one statement per batch, and the indexed flag."""
+
+    async def session_contexts(
+        self, memories: Sequence[MemoryRecord], turns: int = 2
+    ) -> dict[str, list[str]]:
+        """The contents of the ``turns`` episodes right before each memory in its session (by
+        occurrence, then arrival, then id; oldest first), in one statement: the earlier-turn
+        context of the keyword leg. Memory id -> contents; memories without earlier episodes
+        are absent. One statement for the batch, not one per memory."""
+        memories = _once(memories)
+        if not memories:
+            return {}
+        rows = await self._fetch(
+            f"SELECT q.id::text AS of, c.content FROM {_neighbours(_PLACE, before=True)} c "
+            "ORDER BY q.id, c.occurred_at, c.created_at, c.id",
+            *_positions(memories),
+            turns,
+        )
+        out: dict[str, list[str]] = {}
+        for r in rows:
+            out.setdefault(r["of"], []).append(r["content"])
+        return out
+
+    async def session_followers(self, m: MemoryRecord, turns: int = 2) -> list[MemoryRecord]:
+        """The episodes right after ``m`` in its session: their context includes ``m``, so
+        they are re-indexed when ``m`` arrives late (stages may reorder turns)."""
+        rows = await self._fetch(
+            f"SELECT {_COLUMNS} FROM memories WHERE tenant = $1 AND session = $2 "
+            "AND type = 'episode' AND user_id IS NOT DISTINCT FROM $3 "
+            "AND agent_id IS NOT DISTINCT FROM $4 AND (occurred_at, created_at, id) > ($5, $6, $7) "
+            "AND deleted_at IS NULL ORDER BY occurred_at, created_at, id LIMIT $8",
+            m.tenant,
+            m.session,
+            m.user,
+            m.agent,
+            m.occurred_at,
+            m.created_at,
+            uuid.UUID(m.id),
+            turns,
+        )
+        return [_record(r) for r in rows]
+
+    async def session_followers_many(
+        self, memories: Sequence[MemoryRecord], turns: int = 2
+    ) -> list[MemoryRecord]:
+        """``session_followers`` of every memory, in one statement (each follower once)."""
+        memories = _once(memories)
+        if not memories:
+            return []
+        cols = ", ".join(f"f.{c.strip()}" for c in _COLUMNS.split(","))
+        rows = await self._fetch(
+            f"SELECT DISTINCT ON (f.id) {cols} FROM {_neighbours('*', before=False)} f "
+            "ORDER BY f.id",
+            *_positions(memories),
+            turns,
+        )
+        return [_record(r) for r in rows]
+
+    async def mark_indexed(self, ids: Sequence[str]) -> None:
+        """The points of ``ids`` are in the vector index (idempotent)."""
+        await self._fetch(
+            "UPDATE memories SET indexed = true WHERE id = ANY($1::uuid[])", list(ids)
+        )

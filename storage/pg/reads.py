@@ -1,0 +1,103 @@
+"""Reads of memories under an owner filter: recall's keyword leg and hydration, the
+access counts recall keeps, and the management commands' get, list and review counts."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+from memstream.schemas.memory import MemoryRecord
+from memstream.storage.pg.base import PgBase
+from memstream.storage.pg.sql import _COLUMNS, OwnerFilter, _record, _where, keyword_query
+
+
+class PgReads(PgBase):
+    """Owner-filtered reads: a row of another tenant or owner never passes ``_where``."""
+
+    async def keyword_search(
+        self, flt: OwnerFilter, query: str, limit: int
+    ) -> list[tuple[str, float]]:
+        """(id, rank) by Postgres full-text ranking over an OR of the query words."""
+        tsq = keyword_query(query)
+        if not tsq:
+            return []
+        args: list[Any] = [tsq]
+        where = _where(flt, args, self.clock())
+        args.append(limit)
+        rows = await self._fetch(
+            f"SELECT id, ts_rank_cd(tsv, q) AS rank FROM memories, "
+            f"to_tsquery('english', $1) q WHERE {where} AND tsv @@ q "
+            f"ORDER BY rank DESC, id LIMIT ${len(args)}",
+            *args,
+        )
+        return [(str(r["id"]), float(r["rank"])) for r in rows]
+
+    async def get_many(self, flt: OwnerFilter, ids: Sequence[str]) -> dict[str, MemoryRecord]:
+        """Live (not deleted, not expired, not superseded) memories among ``ids`` that
+        match the filter: a hit from another tenant or owner can never pass."""
+        if not ids:
+            return {}
+        args: list[Any] = [list(ids)]
+        where = _where(flt, args, self.clock())
+        rows = await self._fetch(
+            f"SELECT {_COLUMNS} FROM memories WHERE id = ANY($1::uuid[]) AND {where}", *args
+        )
+        return {str(r["id"]): _record(r) for r in rows}
+
+    async def touch(self, tenant: str, counts: Mapping[str, int]) -> None:
+        """Count accesses of memories (own recall only; peer reads never call this): one
+        statement for a whole batch of recalls."""
+        await self._fetch(
+            "UPDATE memories m SET access_count = m.access_count + t.n, last_accessed_at = $4 "
+            "FROM unnest($2::uuid[], $3::int[]) AS t(id, n) WHERE m.tenant = $1 AND m.id = t.id",
+            tenant,
+            list(counts),
+            list(counts.values()),
+            self.clock(),
+        )
+
+    async def list_memories(
+        self, flt: OwnerFilter, limit: int = 100, offset: int = 0, live: bool = True
+    ) -> list[MemoryRecord]:
+        args: list[Any] = []
+        where = _where(flt, args, self.clock(), live)
+        args += [limit, offset]
+        rows = await self._fetch(
+            f"SELECT {_COLUMNS} FROM memories WHERE {where} ORDER BY occurred_at DESC, id "
+            f"LIMIT ${len(args) - 1} OFFSET ${len(args)}",
+            *args,
+        )
+        return [_record(r) for r in rows]
+
+    async def get(self, flt: OwnerFilter, memory_id: str) -> MemoryRecord | None:
+        """One memory of the caller's scope (superseded and expired included), or None."""
+        args: list[Any] = [memory_id]
+        where = _where(flt, args, self.clock(), live=False)
+        rows = await self._fetch(
+            f"SELECT {_COLUMNS} FROM memories WHERE id = $1 AND {where}", *args
+        )
+        return _record(rows[0]) if rows else None
+
+    async def pending_review(self, tenant: str, since: dict[str, datetime]) -> dict[str, int]:
+        """Memories created per agent since each given time (``*``: every agent together)."""
+        out: dict[str, int] = {}
+        for agent, ts in since.items():
+            if agent == "*":
+                rows = await self._fetch(
+                    "SELECT count(*) AS n FROM memories WHERE tenant = $1 "
+                    "AND created_at >= $2 AND deleted_at IS NULL",
+                    tenant,
+                    ts,
+                )
+            else:
+                rows = await self._fetch(
+                    "SELECT count(*) AS n FROM memories WHERE tenant = $1 "
+                    "AND agent_id = $2 AND created_at >= $3 "
+                    "AND deleted_at IS NULL",
+                    tenant,
+                    agent,
+                    ts,
+                )
+            out[agent] = int(rows[0]["n"])
+        return out

@@ -1,0 +1,167 @@
+"""Application tests with no server: command handling, credentials and the reconciler over
+the in-memory MemoryStore (held to PgStore's contract by tests/contract) and a Qdrant Edge
+shard in a temp dir. Only the command verbs that publish nothing run here (no bus)."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, cast
+
+import pytest
+
+from memstream.consumers.app import Worker
+from memstream.consumers.auth import Authenticator
+from memstream.consumers.commands import CommandService
+from memstream.consumers.recall import RecallService
+from memstream.consumers.services import Services
+from memstream.consumers.stages import Deps
+from memstream.pipeline.redact import Redactor
+from memstream.schemas.memory import Candidate, MemoryType, Owner, Scope
+from memstream.schemas.settings import Settings
+from memstream.schemas.subjects import Subjects
+from memstream.storage.embedding import make_embedder
+from memstream.storage.memory import MemoryStore
+from memstream.storage.pg.sql import OwnerFilter
+from memstream.storage.ports import VectorFilter
+from memstream.storage.qdrant_edge import EdgeVectorIndex
+
+NOW = datetime(2026, 1, 5, 12, tzinfo=UTC)
+
+
+@pytest.fixture(scope="module")
+def embedder():
+    return make_embedder(None, None)
+
+
+@pytest.fixture
+async def services(tmp_path: Path, embedder):
+    vectors = EdgeVectorIndex(tmp_path / "shard")
+    await vectors.ensure(embedder.dim)
+    store = MemoryStore(clock=lambda: NOW)
+    yield Services(Settings(state_dir=tmp_path), store, vectors, embedder, Redactor(key=b"k"))
+    await vectors.close()
+
+
+def commands(services: Services, required: bool = False) -> CommandService:
+    # no bus: the verbs exercised here publish nothing, so no JetStream context is needed
+    deps = Deps(services, Subjects("t"), cast(Any, None))
+    auth = Authenticator(services.store, required)
+    return CommandService(deps, RecallService(services), auth)
+
+
+async def put(store: MemoryStore, content: str, user: str | None = "ann", **kw: Any) -> str:
+    mid = str(uuid.uuid4())
+    c = Candidate(
+        candidate_id=mid,
+        owner=Owner(tenant="acme", user=user),
+        session="s1",
+        content=content,
+        source_event_id=f"e-{mid}",
+        occurred_at=NOW,
+        **kw,
+    )
+    await store.upsert(mid, content, c)
+    return mid
+
+
+def reply(raw: bytes) -> dict[str, Any]:
+    out: dict[str, Any] = json.loads(raw)
+    return out
+
+
+async def test_list_shows_own_and_shared_memories_only(services: Services) -> None:
+    """``list`` answers the caller's memories and the tenant's global ones, never another
+    owner's."""
+    store = cast(MemoryStore, services.store)
+    own = await put(store, "tea with lemon")
+    glob = await put(store, "office closes at six", user="bob", scope=Scope.GLOBAL)
+    await put(store, "bob's secret plan", user="bob")
+    out = reply(await commands(services).handle("list", b'{"tenant": "acme", "user": "ann"}'))
+    assert {m["id"] for m in out["memories"]} == {own, glob}
+
+
+async def test_get_of_another_owners_memory_is_not_found(services: Services) -> None:
+    """An id of another owner's memory answers not_found, exactly like a missing id."""
+    store = cast(MemoryStore, services.store)
+    theirs = await put(store, "bob's note", user="bob")
+    body = json.dumps({"tenant": "acme", "user": "ann", "id": theirs}).encode()
+    out = reply(await commands(services).handle("get", body))
+    assert out["error"]["code"] == "not_found"
+
+
+async def test_malformed_request_is_a_bad_request(services: Services) -> None:
+    """A request that does not decode gets bad_request and never reaches the store."""
+    out = reply(await commands(services).handle("list", b'{"tenant": "acme", "limit": 0}'))
+    assert out["error"]["code"] == "bad_request"
+    assert await services.store.count() == 0
+
+
+async def test_keys_gate_commands_without_repeating_the_key(services: Services) -> None:
+    """With keys required: no key, another tenant's key, a key bound to another owner and a
+    revoked key are refused, and no refusal quotes the key; the right key passes."""
+    store = services.store
+    key = await store.create_api_key("acme", user="ann")
+    other = await store.create_api_key("globex")
+    svc = commands(services, required=True)
+
+    async def listing(api_key: str | None, user: str = "ann") -> dict[str, Any]:
+        body: dict[str, Any] = {"tenant": "acme", "user": user}
+        if api_key is not None:
+            body["api_key"] = api_key
+        return reply(await svc.handle("list", json.dumps(body).encode()))
+
+    assert (await listing(None))["error"]["code"] == "unauthorized"
+    for refused in (await listing(other), await listing(key, user="bob")):
+        assert refused["error"]["code"] == "unauthorized"
+        assert key not in json.dumps(refused) and other not in json.dumps(refused)
+    assert (await listing(key))["ok"] is True
+    await store.revoke_api_key(key)
+    fresh = commands(services, required=True)  # a new process: nothing cached
+    body = json.dumps({"tenant": "acme", "user": "ann", "api_key": key}).encode()
+    assert reply(await fresh.handle("list", body))["error"]["code"] == "unauthorized"
+
+
+async def test_fact_history_command_reads_the_versions(services: Services) -> None:
+    """``fact_history`` answers every version of the caller's fact, oldest first."""
+    store = cast(MemoryStore, services.store)
+    ids = []
+    for i, city in enumerate(["Paris", "Rome"]):
+        mid = str(uuid.uuid4())
+        c = Candidate(
+            candidate_id=mid,
+            owner=Owner(tenant="acme", user="ann"),
+            session="s1",
+            type=MemoryType.FACT,
+            content=f"lives in {city}",
+            source_event_id=f"f{i}",
+            occurred_at=NOW,
+        )
+        await store.put_fact(mid, city, c, "city", NOW.replace(day=1 + i))
+        ids.append(mid)
+    body = b'{"tenant": "acme", "user": "ann", "key": "city"}'
+    out = reply(await commands(services).handle("fact_history", body))
+    assert [m["id"] for m in out["memories"]] == ids
+
+
+async def test_reconciler_indexes_kept_memories_and_deletes_queued_points(
+    services: Services,
+) -> None:
+    """The maintenance round indexes what the store kept unindexed (marking it) and deletes
+    the points of memories forgotten meanwhile, through the one services object."""
+    store = cast(MemoryStore, services.store)
+    keep = await put(store, "green tea in the morning")
+    gone = await put(store, "black coffee at night")
+    worker = Worker(services, "nats://unused")  # the reconciler reaches no bus
+    assert await worker.reconcile_once() == 2
+    assert await store.unindexed() == []
+    assert await services.vectors.count("acme") == 2
+    assert await store.tombstone(OwnerFilter(tenant="acme", user="ann"), gone)
+    assert await worker.reconcile_once() == 0
+    assert await store.pending_vector_deletes() == {}
+    assert set(await services.vectors.fetch("acme", [keep, gone])) == {keep}
+    vector = services.embedder.embed_query("tea")
+    hits = await services.vectors.search(vector, VectorFilter(tenant="acme", user="ann"), 5)
+    assert [h[0] for h in hits] == [keep]
