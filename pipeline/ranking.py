@@ -21,8 +21,8 @@ from memstream.schemas.recall import Hit, RecallRequest
 
 # Keyword evidence outweighs dense similarity on this corpus (docs/recall.md has the sweep).
 WEIGHTS: Mapping[str, float] = {"keyword": 0.7, "dense": 0.3}
-# candidates each leg hands to fusion (2 x top_k if more): LoCoMo R@5 / R@10 with legs of 20,
-# 30, 50 candidates: 68.3 / 75.2, 68.2 / 75.5, 67.7 / 75.3; fewer hits cost less to convert
+# candidates each leg hands to fusion (2 x top_k if more): longer legs did not recall more on
+# LoCoMo (docs/recall.md) and every candidate costs a conversion
 PER_LEG = 30
 
 Scored = list[tuple[str, float]]
