@@ -21,8 +21,9 @@ from memstream.consumers.dlq import belongs_to, dead_letters, stored
 from memstream.consumers.logs import log
 from memstream.consumers.offload import offload
 from memstream.consumers.recall import RecallService, error_reply
+from memstream.consumers.remember import remember as apply_remember
 from memstream.consumers.stages import Deps, _redact_candidate
-from memstream.pipeline import dedupe, lifecycle
+from memstream.pipeline import dedupe
 from memstream.schemas.commands import (
     VERBS,
     Caller,
@@ -199,47 +200,16 @@ class CommandService:
     # --- verbs ------------------------------------------------------------------------------
 
     async def remember(self, r: RememberRequest) -> Reply:
-        """An explicit write: redacted, deduplicated and indexed like any memory."""
-        now = self.deps.clock()
-        cid = derived_id(r.tenant, r.user or "", r.agent or "", r.content, "remember")
-        c = Candidate(
-            candidate_id=cid,
-            owner=Owner(tenant=r.tenant, user=r.user, agent=r.agent),
-            project=r.project,
-            session=r.session,
-            type=r.type,
-            scope=r.scope,
-            content=r.content,
-            salience=1.0,
-            confidence=1.0,
-            importance=r.importance,
-            source_event_id=f"remember:{cid}",
-            occurred_at=now,
-            metadata=r.metadata,
-            tags=list(r.tags),
-            pinned=r.pinned,
-            expires_at=r.expires_at,
-        )
-        c = await offload(len(r.content), _redact_candidate, self.deps, c)
-        c = c.model_copy(
-            update={"expires_at": lifecycle.expires_at(c, now, self.deps.settings.ttl_s)}
-        )
-        k = dedupe.key(c)
-        inserted = await self.deps.pg.upsert(k.memory_id, k.content_hash, c)
-        if c.pinned:
-            await self.deps.pg.set_pinned(OwnerFilter(tenant=r.tenant), k.memory_id, True)
-        try:
-            await self._index(k.memory_id, c)
-        except TransientError as exc:  # kept in Postgres (indexed: false); the reconciler retries
-            log.warning(
-                "remember.vector_deferred", memory_id=k.memory_id, reason=type(exc).__name__
-            )
+        """An explicit write, redacted, deduplicated (exact and near duplicates) and indexed as
+        the stages do it (consumers/remember.py)."""
+        done = await apply_remember(self.deps, r)
+        c = done.candidate
         await self._emit(
-            "stored" if inserted else "merged", r, k.memory_id, c.source_event_id, c.type
+            "stored" if done.inserted else "merged", r, done.memory_id, c.source_event_id, c.type
         )
         return Reply(
-            memory=await self.deps.pg.get(owner_filter(r), k.memory_id),
-            detail={"duplicate": not inserted},
+            memory=await self.deps.pg.get(owner_filter(r), done.memory_id),
+            detail={"duplicate": not done.inserted, "near_duplicate": done.folded},
         )
 
     async def get(self, r: IdRequest) -> Reply:

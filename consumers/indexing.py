@@ -7,12 +7,10 @@ from __future__ import annotations
 import uuid
 from collections.abc import Mapping, Sequence
 from collections.abc import Set as AbstractSet
-from datetime import datetime
 from typing import Any
 
 from memstream.pipeline.lexical import dated, document_vector
 from memstream.schemas.memory import MemoryRecord, MemoryType
-from memstream.schemas.recall import Hit
 from memstream.storage.pgports import IndexRows
 from memstream.storage.ports import Embedder, VectorIndex, VectorPoint
 
@@ -35,26 +33,6 @@ def record_of(m: MemoryRecord) -> dict[str, Any]:
         "pinned": m.pinned,
         "tags": list(m.tags),
     }
-
-
-def hit_of(record: Mapping[str, Any], score: float, calibrated: float | None = None) -> Hit:
-    return Hit(
-        id=record["id"],
-        text=record["text"],
-        type=record["type"],
-        scope=record["scope"],
-        score=round(score, 6),
-        calibrated=None if calibrated is None else round(calibrated, 6),
-        session=record["session"],
-        user=record.get("user"),
-        agent=record.get("agent"),
-        source_event_ids=record.get("source_event_ids", []),
-        metadata=record.get("metadata", {}),
-        occurred_at=datetime.fromisoformat(record["occurred_at"]),
-        created_at=datetime.fromisoformat(record["created_at"]),
-        pinned=record.get("pinned", False),
-        tags=record.get("tags", []),
-    )
 
 
 def point(m: MemoryRecord, vector: Sequence[float], context: Sequence[str]) -> VectorPoint:

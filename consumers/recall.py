@@ -2,9 +2,9 @@
 
 Hybrid recall runs two legs in the vector index at once: dense (cosine over the static
 embedding of the dated memory text) and keyword (BM25 over term weights with earlier-turn
-context, IDF kept by the index); their scores are fused linearly (0.7 keyword, 0.3 dense,
-each min-max normalised; measured in docs/recall.md). Hits come back with their records from
-the index payload: no Postgres read on the hot path.
+context, IDF kept by the index); their scores are fused and the hits selected by the pure
+rules of pipeline/ranking.py. Hits come back with their records from the index payload: no
+Postgres read on the hot path.
 
 Degradation, reported in ``RecallReply.degraded``:
 - the embedder fails: the keyword leg answers alone (``embedder``);
@@ -18,15 +18,15 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import deque
-from collections.abc import Awaitable, Mapping, Sequence
+from collections.abc import Awaitable, Mapping
 from typing import Any, TypeVar
 
-from memstream.consumers.indexing import hit_of, record_of
+from memstream.consumers.indexing import record_of
 from memstream.consumers.logs import log
 from memstream.consumers.metrics import WorkerMetrics
 from memstream.consumers.services import ReadsServices, Services
-from memstream.pipeline.fuse import calibrated, linear
 from memstream.pipeline.lexical import query_vector
+from memstream.pipeline.ranking import leg_size, scored, select, single
 from memstream.schemas.errors import (
     EmbedderFailed,
     ErrorCode,
@@ -42,12 +42,8 @@ from memstream.storage.ports import VectorFilter, visible
 from memstream.storage.postgres import OwnerFilter
 
 T = TypeVar("T")
-WEIGHTS = {"keyword": 0.7, "dense": 0.3}
 SHARED = (Scope.PROJECT, Scope.GLOBAL)  # the "resources" context
 TOUCH_EVERY_S = 0.5  # access counts are written in batches
-# candidates each leg hands to fusion (2 x top_k if more): LoCoMo R@5 / R@10 with legs of 20,
-# 30, 50 candidates: 68.3 / 75.2, 68.2 / 75.5, 67.7 / 75.3; fewer hits cost less to convert
-PER_LEG = 30
 FETCH_MARGIN = 2  # records read beyond top_k at first; more pages only if collapse drops many
 
 
@@ -108,44 +104,6 @@ async def settled(leg: Awaitable[T]) -> T | BaseException:
         return exc
 
 
-def tokens(text: str) -> int:
-    """A cheap token estimate (~4 characters per token)."""
-    return len(text) // 4 + 1
-
-
-def select(
-    ranked: Sequence[tuple[Mapping[str, Any], float]],
-    req: RecallRequest,
-    absolute: Mapping[str, float] | None = None,
-) -> tuple[list[Hit], bool]:
-    """Threshold, collapse, pin, top_k and token budget, in that order.
-
-    A hit whose source events are all covered by better hits (a typed memory extracted from
-    an episode already shown, a merged near-duplicate) adds nothing and is dropped.
-    """
-    covered: set[str] = set()
-    kept: list[tuple[Mapping[str, Any], float]] = []
-    for record, score in ranked:
-        if score < req.score_threshold:
-            continue
-        sources = set(record.get("source_event_ids") or [record["id"]])
-        if sources and sources <= covered:
-            continue
-        covered |= sources
-        kept.append((record, score))
-    kept.sort(key=lambda rs: not rs[0].get("pinned", False))  # pinned first; stable otherwise
-    kept = kept[: req.limit]
-    hits, used, truncated = [], 0, False
-    for record, score in kept:
-        cost = tokens(record["text"])
-        if req.token_budget is not None and used + cost > req.token_budget:
-            truncated = True
-            break
-        used += cost
-        hits.append(hit_of(record, score, absolute.get(record["id"]) if absolute else None))
-    return hits, truncated
-
-
 class RecallService(ReadsServices):
     def __init__(self, services: Services) -> None:
         self.services = services
@@ -187,7 +145,7 @@ class RecallService(ReadsServices):
     async def _select_fetched(
         self,
         req: RecallRequest,
-        scored: list[tuple[str, float]],
+        best: list[tuple[str, float]],
         vflt: VectorFilter,
         spent: dict[str, float] | None = None,
         absolute: Mapping[str, float] | None = None,
@@ -205,7 +163,7 @@ class RecallService(ReadsServices):
         ranked: list[tuple[Mapping[str, Any], float]] = []
         pos, step = 0, req.limit + FETCH_MARGIN
         while True:
-            head = scored[pos : pos + step]
+            head = best[pos : pos + step]
             if head:
                 started = time.perf_counter()
                 records = await self.vectors.fetch(req.tenant, [mid for mid, _ in head])
@@ -215,7 +173,7 @@ class RecallService(ReadsServices):
             pos += len(head)
             hits, truncated = select(ranked, req, absolute)
             below = bool(head) and head[-1][1] < req.score_threshold  # the rest is lower
-            if len(hits) >= req.limit or truncated or below or pos >= len(scored):
+            if len(hits) >= req.limit or truncated or below or pos >= len(best):
                 return hits, truncated
             step = req.limit
 
@@ -224,8 +182,8 @@ class RecallService(ReadsServices):
     ) -> list[tuple[Mapping[str, Any], float]]:
         found = await self.pg.keyword_search(flt, req.query, n)
         records = await self.pg.get_many(flt, [mid for mid, _ in found])
-        top = found[0][1] if found else 1.0
-        return [(record_of(records[mid]), s / top) for mid, s in found if mid in records]
+        scaled = single("keyword", found)
+        return [(record_of(records[mid]), s) for mid, s in scaled if mid in records]
 
     async def recall(
         self, req: RecallRequest, touch: bool = True, owner: OwnerFilter | None = None
@@ -238,7 +196,7 @@ class RecallService(ReadsServices):
         flt = owner_filter(req, owner)
         now = self.pg.clock()
         vflt = vector_filter(flt, now.timestamp())
-        n = max(PER_LEG, req.limit * 2)
+        n = leg_size(req.limit)
         spent: dict[str, float] = {}  # seconds per part, reported in timings_ms
         legs: dict[str, Any] = {}
         if req.method in (Method.VECTOR, Method.HYBRID):
@@ -270,28 +228,12 @@ class RecallService(ReadsServices):
                 raise MemstreamError("the vector index is down")
             ranked = await self._postgres_keyword(req, flt, n)  # raises if Postgres is down too
             hits, truncated = select(ranked, req)
-        elif not answered:
-            # only the dense leg was asked for and the embedder failed: keyword instead
-            kw = await self._keyword(req, vflt, n, spent)
-            top = kw[0][1] if kw else 1.0
-            hits, truncated = await self._select_fetched(
-                req,
-                [(m, s / top) for m, s in kw],
-                vflt,
-                spent,
-                calibrated({"keyword": kw}, WEIGHTS),
-            )
-        elif req.method is Method.HYBRID and len(answered) == 2:
-            hits, truncated = await self._select_fetched(
-                req, linear(answered, WEIGHTS), vflt, spent, calibrated(answered, WEIGHTS)
-            )
         else:
-            ((name, leg),) = answered.items()
-            top = leg[0][1] if leg and name == "keyword" else 1.0
-            scored = [(m, max(0.0, min(1.0, s / top))) for m, s in leg]
-            hits, truncated = await self._select_fetched(
-                req, scored, vflt, spent, calibrated(answered, WEIGHTS)
-            )
+            if not answered:
+                # only the dense leg was asked for and the embedder failed: keyword instead
+                answered = {"keyword": await self._keyword(req, vflt, n, spent)}
+            best, absolute = scored(answered)
+            hits, truncated = await self._select_fetched(req, best, vflt, spent, absolute)
         searched = time.perf_counter()
         if hits and touch:
             self._touch(req.tenant, [h.id for h in hits])

@@ -165,8 +165,12 @@ async def add(body: AddBody, ident: AuthId, root: Root) -> dict[str, Any]:
         results = []
         for m in body.messages:
             if m.role in ("user", "assistant") and m.content.strip():
-                rec = await mem.remember(
-                    m.content, session=session, metadata=metadata, type=MemoryType.FACT
+                rec = await mem.remember(  # infer=False keeps each message as it is
+                    m.content,
+                    session=session,
+                    metadata=metadata,
+                    type=MemoryType.FACT,
+                    fold_near_duplicates=False,
                 )
                 results.append({"id": rec.id, "memory": rec.content, "event": "ADD"})
         return {"results": results, "status": "SUCCEEDED", "event_id": event_id}

@@ -215,6 +215,8 @@ class MemstreamStore(BaseStore):
             "session": MARK,
             "metadata": meta,
             "tags": tags,
+            # an item is found by its key: folded into another item's memory it would be lost
+            "fold_near_duplicates": False,
         }
         reply = await client.command("remember", content=text, **fields)
         record = reply.memory  # None: the same text was stored and deleted before

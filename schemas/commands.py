@@ -31,6 +31,9 @@ class RememberRequest(Caller):
     expires_at: datetime | None = None
     metadata: Metadata = Field(default_factory=dict)
     tags: Annotated[list[Tag], Field(max_length=32)] = Field(default_factory=list)
+    # False: a near duplicate of a memory is kept as a memory of its own (a keyed store's
+    # item, Mem0's infer=False), only an exact duplicate merges
+    fold_near_duplicates: bool = True
 
 
 class IdRequest(Caller):

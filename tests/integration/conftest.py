@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from memstream.consumers.app import Worker
+from memstream.consumers.embedded import free_port
 from memstream.consumers.run import make_vector_index
 from memstream.consumers.services import Services
 from memstream.consumers.topology import drained
@@ -21,6 +22,7 @@ from memstream.producers.client import MemoryClient
 from memstream.schemas.settings import Settings, StageSettings
 from memstream.storage.embedding import make_embedder
 from memstream.storage.postgres import PgStore
+from memstream.storage.qdrant_server import ServerVectorIndex
 
 pytestmark = pytest.mark.integration
 
@@ -56,6 +58,25 @@ class Running:
     async def drained(self) -> bool:
         """True once every stage consumer has nothing pending or unacked."""
         return await drained(self.worker.deps.js, self.settings)
+
+    @contextlib.asynccontextmanager
+    async def index_away(self) -> AsyncIterator[None]:
+        """Inside: the worker's vector index is a Qdrant server that is not there, so every
+        index call fails as in an outage."""
+        w = self.worker
+        live = w.services.vectors
+        down = ServerVectorIndex(
+            url=f"http://127.0.0.1:{free_port()}",
+            timeout=1,
+            check_compatibility=False,
+            dim=w.embedder.dim,
+        )
+        w.services.vectors = down  # Worker, Deps, recall and commands all read it
+        try:
+            yield
+        finally:
+            w.services.vectors = live
+            await down.close()
 
 
 @pytest.fixture

@@ -264,7 +264,8 @@ async def test_memories_pages_keep_room_for_in_place_updates(running) -> None:
 async def test_update_keeps_the_id_redacts_reindexes_and_history_records_it(running) -> None:
     """update: same id, new text redacted and found by recall (the old text no longer is);
     history lists stored then updated; another owner gets not_found; a fact is refused; writing
-    the edited text again is a memory of its own, not a unique-key collision."""
+    the edited text again folds into it, and in another scope is a memory of its own, not a
+    unique-key collision."""
     async with running.client("acme", user="ann") as ann:
         m = await ann.remember("My gym is on Elm Street")
         reply = await ann.command("update", id=m.id, content="My gym moved; write gym@example.org")
@@ -281,8 +282,10 @@ async def test_update_keeps_the_id_redacts_reindexes_and_history_records_it(runn
         with pytest.raises(CommandError) as err:
             await ann.command("update", id=fact.id, content="Bergen")
         assert err.value.code.value == "bad_request"
-        again = await ann.remember(new.content)  # same owner, type and text as the edit
-        assert again.id != m.id and again.content == new.content  # a memory of its own
+        again = await ann.remember(new.content)  # same owner, type, scope and text as the edit
+        assert again.id == m.id  # a near duplicate of the edited memory: folded into it
+        own = await ann.remember(new.content, scope="session")  # cannot fold across scopes
+        assert own.id != m.id and own.content == new.content  # a memory of its own, no clash
         assert (await ann.get(m.id)).content == new.content
     async with running.client("acme", user="bob") as bob:
         for verb, extra in (("update", {"content": "hijacked"}), ("history", {})):

@@ -16,9 +16,11 @@ from memstream.consumers.app import Worker
 from memstream.consumers.auth import Authenticator
 from memstream.consumers.commands import CommandService
 from memstream.consumers.recall import RecallService
+from memstream.consumers.remember import remember as apply_remember
 from memstream.consumers.services import Services
 from memstream.consumers.stages import Deps
 from memstream.pipeline.redact import Redactor
+from memstream.schemas.commands import RememberRequest
 from memstream.schemas.memory import Candidate, MemoryType, Owner, Scope
 from memstream.schemas.settings import Settings
 from memstream.schemas.subjects import Subjects
@@ -165,3 +167,34 @@ async def test_reconciler_indexes_kept_memories_and_deletes_queued_points(
     vector = services.embedder.embed_query("tea")
     hits = await services.vectors.search(vector, VectorFilter(tenant="acme", user="ann"), 5)
     assert [h[0] for h in hits] == [keep]
+
+
+NEAR = (
+    "I keep the spare house key under the blue flower pot by the door",
+    "I keep the spare house key under the blue flower pot near the door",
+)
+
+
+async def test_remember_folds_a_near_duplicate_and_records_the_fold(services: Services) -> None:
+    """remember's write path (no bus: the event is the caller's) over the fakes: a near
+    duplicate of the same owner and scope is folded into the first memory and the fold is
+    recorded; with folding off, or in another scope, it is a memory of its own."""
+    deps = Deps(services, Subjects("t"), cast(Any, None))
+    store = cast(MemoryStore, services.store)
+
+    async def remember(user: str, text: str, **kw: Any) -> Any:
+        return await apply_remember(
+            deps, RememberRequest(tenant="acme", user=user, content=text, **kw)
+        )
+
+    first = await remember("bo", NEAR[0])
+    assert first.inserted and not first.folded
+    again = await remember("bo", NEAR[1])
+    assert again.folded and again.memory_id == first.memory_id and not again.inserted
+    assert await store.folded_into("acme", again.candidate.candidate_id) == first.memory_id
+    assert (await remember("bo", NEAR[1], scope=Scope.SESSION)).inserted
+    await remember("ann", NEAR[0])
+    apart = await remember("ann", NEAR[1], fold_near_duplicates=False)
+    assert apart.inserted and not apart.folded
+    for user in ("bo", "ann"):
+        assert len(await store.list_memories(OwnerFilter(tenant="acme", user=user))) == 2

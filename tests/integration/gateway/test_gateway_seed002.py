@@ -2,24 +2,15 @@
 
 from __future__ import annotations
 
-import socket
 from datetime import datetime, timedelta
 
 import pytest
-
-from memstream.storage.qdrant_server import ServerVectorIndex
 
 pytestmark = pytest.mark.integration
 
 
 def auth(key: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {key}"}
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 async def test_remember_high_salience_is_stored_everywhere_and_promoted(gateway, tenant) -> None:
@@ -60,20 +51,11 @@ async def test_low_salience_is_not_promoted(gateway, tenant) -> None:
     assert r.status_code == 201 and r.json()["fact_id"] is None
 
 
-async def test_index_down_reports_only_postgres(gateway, tenant, embedder) -> None:
+async def test_index_down_reports_only_postgres(gateway, tenant) -> None:
     """With the vector index unreachable, remember still succeeds with stored_in ["postgres"]
     and recall answers from Postgres, marked degraded."""
     key = await gateway.key(tenant)
-    w = gateway.running.worker
-    live = w.deps.vectors
-    down = ServerVectorIndex(
-        url=f"http://127.0.0.1:{free_port()}",
-        timeout=1,
-        check_compatibility=False,
-        dim=embedder.dim,
-    )
-    w.services.vectors = down  # Worker, Deps, recall and commands all read it
-    try:
+    async with gateway.running.index_away():
         body = {"content": "Client asked for invoices in PDF", "client_id": 3}
         r = await gateway.http.post("/api/v1/memory/remember", json=body, headers=auth(key))
         assert r.status_code == 201, r.text
@@ -86,9 +68,6 @@ async def test_index_down_reports_only_postgres(gateway, tenant, embedder) -> No
         )
         assert r.status_code == 200 and r.json()["degraded"] == ["vector_index"], r.text
         assert "PDF" in r.json()["results"][0]["content"]
-    finally:
-        w.services.vectors = live
-        await down.close()
 
 
 async def test_facts_create_and_update_close_the_old_version(gateway, tenant) -> None:
