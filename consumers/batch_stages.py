@@ -11,7 +11,15 @@ from memstream.consumers import indexing
 from memstream.consumers.batching import BatchStage, Decode
 from memstream.consumers.logs import log
 from memstream.consumers.offload import offload
-from memstream.consumers.stages import STAGE_WORK, Deps, _redact_candidate, decode, event_of
+from memstream.consumers.stages import (
+    STAGE_WORK,
+    Deps,
+    _redact_candidate,
+    carried,
+    decode,
+    event_of,
+    with_vectors,
+)
 from memstream.pipeline import dedupe, lifecycle, llm_extract
 from memstream.pipeline.extract import extract
 from memstream.pipeline.lexical import dated
@@ -116,7 +124,7 @@ async def redact_batch(deps: Deps, cands: list[Candidate]) -> int:
         for label, n in r.redactions.items():
             metrics[label] = metrics.get(label, 0) + n
         out.append(r)
-    await _forward(deps, "dedupe", out)
+    await _forward(deps, "dedupe", with_vectors(deps, out))
     return len(out)
 
 
@@ -134,9 +142,11 @@ async def dedupe_batch(deps: Deps, cands: list[Candidate]) -> int:
     neighbours: dict[int, list[tuple[str, float, str]]] = {}
     vectors: list[list[float]] = []
     if fresh:
-        vectors = deps.embedder.embed(
-            [dated(cands[i].content, cands[i].occurred_at) for i in fresh]
-        )
+        brought = {i: v for i in fresh if (v := carried(deps, cands[i])) is not None}
+        need = [i for i in fresh if i not in brought]
+        made = deps.embedder.embed([dated(cands[i].content, cands[i].occurred_at) for i in need])
+        computed = {**brought, **dict(zip(need, made, strict=True))}
+        vectors = [computed[i] for i in fresh]
         now = deps.clock().timestamp()
         queries = [
             (
@@ -183,12 +193,12 @@ async def dedupe_batch(deps: Deps, cands: list[Candidate]) -> int:
     refolded = [d for d in decisions if d.action is Action.REFOLD]
     merged = exact + [d for d, ok in zip(near, near_ok, strict=True) if ok] + refolded
     forward: list[Candidate] = []
-    carried = dict(zip(fresh, vectors, strict=True))
+    vector_of = dict(zip(fresh, vectors, strict=True))
     for i, d in enumerate(decisions):
         if d.action is Action.INSERT or id(d) in gone:
             c = d.keyed.candidate
-            if i in carried:  # the store stage indexes this vector instead of embedding again
-                c = c.model_copy(update={"vector": carried[i]})
+            if i in vector_of:  # the store stage indexes this vector instead of embedding again
+                c = c.model_copy(update={"vector": vector_of[i]})
             forward.append(c)
     if merged:
         await _reindex(deps, [(d.keyed.candidate.owner.tenant, d.target) for d in merged])

@@ -323,9 +323,24 @@ def _redact_candidate(deps: Deps, c: Candidate) -> Candidate:
     )
 
 
+def with_vectors(deps: Deps, cands: Sequence[Candidate]) -> list[Candidate]:
+    """The candidates, each carrying the dense vector of its dated, redacted content: one
+    embedding call, made in the redact stage because that stage can run in many processes,
+    while dedupe and store run where the vector index is (docs/ingest.md)."""
+    vectors = deps.embedder.embed([dated(c.content, c.occurred_at) for c in cands])
+    return [c.model_copy(update={"vector": v}) for c, v in zip(cands, vectors, strict=True)]
+
+
+def carried(deps: Deps, c: Candidate) -> list[float] | None:
+    """The vector a candidate brought from redact, if it fits this process's embedder (a
+    message from before the field, or of another model's size, is embedded again)."""
+    return c.vector if c.vector is not None and len(c.vector) == deps.embedder.dim else None
+
+
 async def redact_work(deps: Deps, body: bytes, subject: str) -> int:
     c = _on_stage(deps, subject, "redact", decode(Candidate, body))
     c = await offload(len(body), _redact_candidate, deps, c)
+    (c,) = with_vectors(deps, [c])
     metrics = deps.metrics["redact"].redactions
     for label, n in c.redactions.items():
         metrics[label] = metrics.get(label, 0) + n
@@ -372,7 +387,7 @@ async def dedupe_work(deps: Deps, body: bytes, subject: str) -> int:
     if folded := await deps.pg.folded_into(c.owner.tenant, c.candidate_id):
         await _merged(deps, c, folded)  # a redelivery: decided on an earlier try
         return 0
-    vector = deps.embedder.embed_query(dated(c.content, c.occurred_at))
+    vector = carried(deps, c) or deps.embedder.embed_query(dated(c.content, c.occurred_at))
     flt = VectorFilter(
         tenant=c.owner.tenant,
         user=c.owner.user,

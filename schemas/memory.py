@@ -87,9 +87,9 @@ class Candidate(BaseModel):
     pinned: bool = False
     expires_at: datetime | None = None
     tags: list[Tag] = Field(default_factory=list)
-    # Filled by dedupe: the dense vector of the dated content, which the store stage indexes
-    # instead of embedding the same text again. Optional: a candidate without it is embedded
-    # at store (docs/ingest.md, wire schema).
+    # Filled by redact: the dense vector of the dated, redacted content, which dedupe searches
+    # with and store indexes, instead of each embedding the same text again. Optional: a
+    # candidate without it is embedded where needed (docs/ingest.md, wire schema).
     vector: list[float] | None = Field(default=None, max_length=4096)
 
 

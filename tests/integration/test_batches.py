@@ -13,8 +13,11 @@ from workers import refuse_inserts
 from memstream.consumers.batch_stages import BATCH_STAGES
 from memstream.consumers.batching import BatchRunner
 from memstream.consumers.dlq import dead_letters
+from memstream.consumers.stages import _redact_candidate, carried, with_vectors
+from memstream.pipeline.lexical import dated
 from memstream.schemas.memory import Candidate, Owner
 from memstream.schemas.subjects import DLQ_REASON_HEADER, MSG_ID_HEADER, msg_id
+from memstream.storage.ports import VectorFilter
 
 pytestmark = pytest.mark.integration
 
@@ -91,3 +94,26 @@ async def test_turns_of_a_session_are_stored_in_publish_order(running) -> None:
         if e["kind"] == "stored" and e["detail"].get("type") == "episode"
     ]
     assert stored == ids
+
+
+async def test_redact_carries_the_vector_that_dedupe_and_store_use(running) -> None:
+    """The redact stage attaches the embedding of each candidate's dated, redacted text (one
+    call for the batch); a carried vector of the embedder's size is used as is, one of another
+    size (another model, a hostile message) is not, and the stored memory's index point is
+    found by that vector."""
+    deps = running.worker.deps
+    raw = candidate(1, "call me at ana@example.com about the harbor bridge").model_copy(
+        update={"redacted": False}
+    )
+    redacted = _redact_candidate(deps, raw)
+    (c,) = with_vectors(deps, [redacted])
+    assert "ana@example.com" not in c.content
+    assert c.vector == deps.embedder.embed([dated(c.content, c.occurred_at)])[0]
+    assert carried(deps, c) == c.vector
+    assert carried(deps, c.model_copy(update={"vector": [0.5] * 3})) is None
+    assert carried(deps, redacted) is None
+    assert await BATCH_STAGES["dedupe"].work(deps, [c]) == 1
+    await running.wait_for(running.drained, 30, "the store stage")
+    assert c.vector is not None
+    hits = await deps.vectors.search(c.vector, VectorFilter(tenant="acme", user="bo"), 1)
+    assert hits and hits[0][1] == pytest.approx(1.0, abs=1e-4)
