@@ -64,9 +64,10 @@ bench-vector-index: install
 bench-faults: install
 	$(BIN)/memstream bench faults --turns 3000
 
-## turns/s end to end, the bare JetStream hop beside it, paced latency and recall
+## turns/s end to end, the bare JetStream hop beside it, paced latency and recall; the workers
+## in their own process (--processes N: one owns the index, N-1 extract/redact beside it)
 bench-ingest: install
-	MEMSTREAM_STAGE__BATCHED=true $(BIN)/memstream bench ingest
+	$(BIN)/memstream bench ingest
 
 clean:
 	rm -rf $(VENV) .memstream build dist *.egg-info

@@ -306,7 +306,11 @@ def main(args: argparse.Namespace) -> int:
     print(
         f"\nIngest, {r['turns']} turns over {r['tenants']} tenants and {r['sessions']} sessions "
         f"({r['candidates_per_turn']} candidates per turn), "
-        + (f"{r['processes']} worker processes" if r["processes"] else "workers in-process")
+        + (
+            f"{r['processes']} worker process{'es' if r['processes'] > 1 else ''}"
+            if r["processes"]
+            else "workers in the benchmark's process"
+        )
     )
     print(f"{'measure':<40} value")
     rows = [

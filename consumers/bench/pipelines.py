@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import secrets
 import tempfile
 import time
@@ -98,6 +99,8 @@ async def in_processes(extra: int) -> AsyncIterator[Pipeline]:
                 "MEMSTREAM_NAMESPACE": namespace,
                 # one key for every process: placeholders must match whichever one redacts
                 "MEMSTREAM_REDACTION_KEY": secrets.token_hex(32),
+                # the stage settings under test (MEMSTREAM_STAGE__BATCHED ...), as given here
+                **{k: v for k, v in os.environ.items() if k.startswith("MEMSTREAM_STAGE__")},
             }
             workers = [WorkerProcess(env, base / "owner", base / "owner.log")] + [
                 WorkerProcess(
