@@ -10,7 +10,7 @@ from typing import Any
 from memstream.consumers import indexing
 from memstream.consumers.batching import BatchStage, Decode
 from memstream.consumers.logs import log
-from memstream.consumers.offload import offload
+from memstream.consumers.offload import Slices, offload
 from memstream.consumers.stages import (
     STAGE_WORK,
     Deps,
@@ -30,6 +30,8 @@ from memstream.schemas.ids import owner_key
 from memstream.schemas.memory import SHARED_SCOPES, Candidate, MemoryEvent
 from memstream.schemas.subjects import msg_id
 from memstream.storage.ports import VectorFilter
+
+EMBED_SLICE = 16  # texts per embedding call in redact: a few milliseconds of the event loop
 
 
 def decode_turn(deps: Deps, body: bytes, subject: str) -> TurnEvent:
@@ -103,7 +105,9 @@ async def extract_batch(deps: Deps, events: list[TurnEvent]) -> int:
     keys = [(e.tenant, owner_key(e.user, e.agent), e.session) for e in events]
     off = await deps.pg.memory_off_among(list(set(keys)))
     out: list[Candidate] = []
+    slices = Slices()
     for event, k in zip(events, keys, strict=True):
+        await slices.tick()
         if k in off:
             continue  # memory is off for this session: the turn is consumed, nothing is stored
         size = sum(len(m.content) for m in event.messages)
@@ -118,13 +122,19 @@ async def extract_batch(deps: Deps, events: list[TurnEvent]) -> int:
 async def redact_batch(deps: Deps, cands: list[Candidate]) -> int:
     metrics = deps.metrics["redact"].redactions
     out = []
+    slices = Slices()
     for c in cands:
+        await slices.tick()
         size = len(c.content) + sum(len(str(v)) for v in c.metadata.values())
         r = await offload(size, _redact_candidate, deps, c)
         for label, n in r.redactions.items():
             metrics[label] = metrics.get(label, 0) + n
         out.append(r)
-    await _forward(deps, "dedupe", with_vectors(deps, out))
+    vectored: list[Candidate] = []
+    for lo in range(0, len(out), EMBED_SLICE):
+        await slices.tick()
+        vectored.extend(with_vectors(deps, out[lo : lo + EMBED_SLICE]))
+    await _forward(deps, "dedupe", vectored)
     return len(out)
 
 

@@ -9,6 +9,7 @@ from collections.abc import Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from typing import Any
 
+from memstream.consumers.offload import Slices
 from memstream.pipeline.lexical import dated, document_vector
 from memstream.schemas.memory import MemoryRecord, MemoryType
 from memstream.storage.pgports import IndexRows
@@ -94,5 +95,10 @@ async def index(
         )
     )
     vecs = [known[m.id] if m.id in known else fresh[m.id] for m in memories]
-    await vectors.upsert([point(m, v, c) for m, v, c in zip(memories, vecs, contexts, strict=True)])
+    points = []
+    slices = Slices()
+    for m, v, c in zip(memories, vecs, contexts, strict=True):
+        await slices.tick()
+        points.append(point(m, v, c))
+    await vectors.upsert(points)
     await pg.mark_indexed([m.id for m in memories])

@@ -6,11 +6,15 @@ from recall, which shares the process and answers in milliseconds. Above ``OFFLO
 work runs in a worker thread: the loop keeps running between the interpreter's switch
 intervals, at the cost of a thread hop that small inputs, done sooner than the hop, are
 spared.
+
+A batch of small inputs is the same time in small pieces: ``Slices`` hands the loop back
+between them, so that a recall request waits for one piece, not for the whole batch.
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable
 from typing import ParamSpec, TypeVar
 
@@ -26,3 +30,19 @@ async def offload(size: int, fn: Callable[P, T], *args: P.args, **kwargs: P.kwar
     if size <= OFFLOAD_CHARS:
         return fn(*args, **kwargs)
     return await asyncio.to_thread(fn, *args, **kwargs)
+
+
+SLICE_S = 0.002  # the longest a pass over a batch holds the event loop between yields
+
+
+class Slices:
+    """Yields to the event loop once ``SLICE_S`` of synchronous work has passed since the last
+    yield (``await slices.tick()`` between the items of a batch)."""
+
+    def __init__(self) -> None:
+        self._since = time.perf_counter()
+
+    async def tick(self) -> None:
+        if time.perf_counter() - self._since >= SLICE_S:
+            await asyncio.sleep(0)
+            self._since = time.perf_counter()
