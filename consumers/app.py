@@ -35,8 +35,9 @@ from memstream.consumers.metrics import WorkerMetrics
 from memstream.consumers.natsconn import api_keys_required, broker_options, nats_options
 from memstream.consumers.outage import Backoff, is_outage
 from memstream.consumers.recall import RecallService, error_reply
+from memstream.consumers.runner import StageRunner
 from memstream.consumers.services import ReadsServices, Services
-from memstream.consumers.stages import STAGE_WORK, Deps, StageRunner
+from memstream.consumers.stages import STAGE_WORK, Deps
 from memstream.producers.connection import display_url, servers
 from memstream.schemas.commands import VERBS
 from memstream.schemas.errors import ErrorCode, MemstreamError, PermanentError, describe

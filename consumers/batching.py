@@ -26,11 +26,8 @@ from typing import Any, Generic, TypeVar
 
 from memstream.consumers.logs import log
 from memstream.consumers.outage import Backoff, hold
-from memstream.consumers.stages import (
-    Deps,
-    StageRunner,
-    Work,
-)
+from memstream.consumers.runner import StageRunner
+from memstream.consumers.stages import Deps, Work
 from memstream.schemas.errors import PermanentError
 
 T = TypeVar("T")

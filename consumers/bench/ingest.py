@@ -295,8 +295,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--processes",
         type=int,
         default=1,
-        help="worker processes: one owns the index, the others run extract and redact; "
-        "0: the workers run inside the benchmark's process",
+        help="worker processes, on a NATS and PostgreSQL the benchmark starts: one owns the "
+        "index, the others run extract and redact; 0: the workers run inside the benchmark's "
+        "process, on the embedded stack or the configured services",
     )
 
 
