@@ -25,6 +25,16 @@ AT = datetime(2026, 3, 1, tzinfo=UTC)
 WORDS = ["apple", "bridge", "cello", "delta", "ember", "fossil", "garnet", "harbor", "ivy", "jade"]
 
 
+# words made of two WORDS each: a hundred that no two notes below share more than a few of
+TOKENS = [f"{WORDS[j % 10]}{WORDS[j // 10]}" for j in range(100)]
+
+
+def distinct_note(i: int) -> str:
+    """Note ``i`` of 40, whose words overlap any other's too little for a near-duplicate fold
+    (which would write its audit row at dedupe, ahead of inserts written later at store)."""
+    return f"{TOKENS[i]} {TOKENS[i + 40]} {TOKENS[99 - i]} entry {i}"
+
+
 def candidate(i: int, content: str) -> Candidate:
     return Candidate(
         candidate_id=f"c{i}",
@@ -81,7 +91,7 @@ async def test_turns_of_a_session_are_stored_in_publish_order(running) -> None:
         ids = []
         for i in range(40):
             r = await mem.publish_turn(
-                [("user", f"{WORDS[i % 10]} {WORDS[i // 10]} is note {i} of the day")],
+                [("user", distinct_note(i))],
                 session="s1",
                 event_id=f"ev-{i:02d}",
             )
