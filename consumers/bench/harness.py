@@ -9,7 +9,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -55,15 +55,19 @@ class Bench:
         return await drained(self.worker.deps.js, self.settings)
 
     async def wait_drained(self, limit_s: float = 600.0) -> float:
-        """Seconds until every stage consumer is empty (checked twice, 100 ms apart)."""
-        started = time.perf_counter()
-        while time.perf_counter() - started < limit_s:
-            if await self.drained():
-                await asyncio.sleep(0.1)
-                if await self.drained():
-                    return time.perf_counter() - started
-            await asyncio.sleep(0.05)
-        raise TimeoutError(f"ingestion did not finish within {limit_s:.0f} s")
+        return await until_drained(self.drained, limit_s)
+
+
+async def until_drained(is_drained: Callable[[], Awaitable[bool]], limit_s: float) -> float:
+    """Seconds until every stage consumer is empty (checked twice, 100 ms apart)."""
+    started = time.perf_counter()
+    while time.perf_counter() - started < limit_s:
+        if await is_drained():
+            await asyncio.sleep(0.1)
+            if await is_drained():
+                return time.perf_counter() - started
+        await asyncio.sleep(0.05)
+    raise TimeoutError(f"ingestion did not finish within {limit_s:.0f} s")
 
 
 @contextlib.asynccontextmanager

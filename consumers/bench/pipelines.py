@@ -17,7 +17,6 @@ import contextlib
 import os
 import secrets
 import tempfile
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,8 +24,8 @@ from typing import Any
 
 import nats
 
-from memstream.consumers.bench.fleet import EXTRA_STAGES
-from memstream.consumers.bench.harness import bench_stack
+from memstream.consumers.bench import fleet
+from memstream.consumers.bench.harness import bench_stack, until_drained
 from memstream.consumers.bench.processes import WorkerProcess
 from memstream.consumers.embedded import EmbeddedNats, EmbeddedPostgres
 from memstream.consumers.natsconn import nats_options
@@ -50,15 +49,7 @@ class Pipeline:
     is_drained: Callable[[], Awaitable[bool]]
 
     async def wait_drained(self, limit_s: float) -> float:
-        """Seconds until every stage consumer is empty (checked twice, 100 ms apart)."""
-        started = time.perf_counter()
-        while time.perf_counter() - started < limit_s:
-            if await self.is_drained():
-                await asyncio.sleep(0.1)
-                if await self.is_drained():
-                    return time.perf_counter() - started
-            await asyncio.sleep(0.05)
-        raise TimeoutError(f"ingestion did not finish within {limit_s:.0f} s")
+        return await until_drained(self.is_drained, limit_s)
 
 
 @contextlib.asynccontextmanager
@@ -102,12 +93,8 @@ async def in_processes(extra: int) -> AsyncIterator[Pipeline]:
                 # the stage settings under test (MEMSTREAM_STAGE__BATCHED ...), as given here
                 **{k: v for k, v in os.environ.items() if k.startswith("MEMSTREAM_STAGE__")},
             }
-            workers = [WorkerProcess(env, base / "owner", base / "owner.log")] + [
-                WorkerProcess(
-                    env, base / f"extra-{i}", base / f"extra-{i}.log", ["--stages", EXTRA_STAGES]
-                )
-                for i in range(extra)
-            ]
+            workers = [WorkerProcess(env, base / "owner", base / "owner.log")]
+            workers += fleet.extras(env, base, extra)
             for w in workers:
                 started.callback(w.stop)
                 await asyncio.to_thread(w.start)
