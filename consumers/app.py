@@ -24,7 +24,7 @@ from pydantic import ValidationError
 
 from memstream.consumers import deletions, indexing, opsstats, topology
 from memstream.consumers.auth import Authenticator
-from memstream.consumers.batch_stages import BATCH_STAGES
+from memstream.consumers.batch_stages import BATCH_STAGES, FUSED_EXTRACT
 from memstream.consumers.batching import BatchRunner, PullLoops
 from memstream.consumers.busauth import safe_reply
 from memstream.consumers.cache import RecallCache
@@ -157,13 +157,19 @@ class Worker(ReadsServices):
         )
         batched: dict[str, tuple[str, str, BatchRunner]] = {}
         roles = self.settings.stages
+        fused = (
+            self.settings.stage.batched
+            and self.settings.stage.fused
+            and all(stage in roles for stage in STAGES)
+        )
         for stage in (stage for stage in STAGES if stage in roles):
             stream, ccfg = topo.consumers[stage]
             if self.settings.stage.batched:
+                work = FUSED_EXTRACT if fused and stage == "extract" else BATCH_STAGES[stage]
                 batched[stage] = (
                     stream,
                     ccfg.durable_name or "",
-                    BatchRunner(stage, self.deps, BATCH_STAGES[stage]),
+                    BatchRunner(stage, self.deps, work),
                 )
                 continue
             runner = StageRunner(stage, self.deps, STAGE_WORK[stage])
@@ -191,6 +197,7 @@ class Worker(ReadsServices):
             nats=display_url(self.nats_url),
             namespace=s.prefix,
             stages=list(roles),
+            fused=fused,
         )
 
     async def _answer_requests(self, s: Subjects) -> None:

@@ -1,11 +1,19 @@
 """The four stages over a pull batch (the contract: consumers/batching.py): decode and check
-each message, then one call per step over the whole batch."""
+each message, then one call per step over the whole batch.
+
+Each stage's work is a function from its batch to what it hands on (``extracted``,
+``redacted``, ``deduped``, ``stored``); a stage publishes that to the next stage's subject.
+A process that runs all four stages fuses them (``fused_batch``, docs/ingest.md): the
+extract batch's candidates go through redact, dedupe and store in the same call, and the
+turns are acked once the memories are durable, with no hand-off message in between."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Awaitable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, TypeVar
 
 from memstream.consumers import indexing
 from memstream.consumers.batching import BatchStage, Decode
@@ -14,6 +22,7 @@ from memstream.consumers.offload import Slices, offload
 from memstream.consumers.stages import (
     STAGE_WORK,
     Deps,
+    StageMetrics,
     _redact_candidate,
     carried,
     decode,
@@ -30,6 +39,8 @@ from memstream.schemas.ids import owner_key
 from memstream.schemas.memory import SHARED_SCOPES, Candidate, MemoryEvent
 from memstream.schemas.subjects import msg_id
 from memstream.storage.ports import VectorFilter
+
+R = TypeVar("R")
 
 EMBED_SLICE = 16  # texts per embedding call in redact: a few milliseconds of the event loop
 
@@ -71,9 +82,7 @@ async def _forward(deps: Deps, stage: str, cands: Sequence[Candidate]) -> None:
 async def _emit_all(deps: Deps, events: Sequence[tuple[MemoryEvent, str, bool]]) -> None:
     """``Deps.emit`` for a batch: each owner's recall cache bumped once, events pipelined."""
     if deps.cache is not None:
-        owners = {(e.tenant, e.user, e.agent, shared) for e, _, shared in events}
-        for tenant, user, agent, shared in owners:
-            await deps.cache.bump(tenant, user, agent, shared)
+        await deps.cache.bump_many((e.tenant, e.user, e.agent, shared) for e, _, shared in events)
     await deps.publish_many(
         [
             (deps.subjects.events(e.tenant), e, f"{e.kind}:{e.memory_id or '-'}:{cause}")
@@ -101,7 +110,8 @@ async def _reindex(
         deps.index_behind.set()  # the maintenance loop indexes them once the index answers
 
 
-async def extract_batch(deps: Deps, events: list[TurnEvent]) -> int:
+async def extracted(deps: Deps, events: Sequence[TurnEvent]) -> list[Candidate]:
+    """The turns' candidates (none for a session whose memory is off)."""
     keys = [(e.tenant, owner_key(e.user, e.agent), e.session) for e in events]
     off = await deps.pg.memory_off_among(list(set(keys)))
     out: list[Candidate] = []
@@ -115,12 +125,18 @@ async def extract_batch(deps: Deps, events: list[TurnEvent]) -> int:
         if deps.llm is not None and candidates:
             candidates = llm_extract.complement(candidates, await deps.llm.candidates(event))
         out.extend(candidates)
+    return out
+
+
+async def extract_batch(deps: Deps, events: list[TurnEvent]) -> int:
+    out = await extracted(deps, events)
     await _forward(deps, "redact", out)
     return len(out)
 
 
-async def redact_batch(deps: Deps, cands: list[Candidate]) -> int:
-    metrics = deps.metrics["redact"].redactions
+async def redacted(deps: Deps, cands: Sequence[Candidate]) -> list[Candidate]:
+    """The candidates redacted (counted by label), each with the dense vector of its text."""
+    metrics = deps.metrics.setdefault("redact", StageMetrics()).redactions
     out = []
     slices = Slices()
     for c in cands:
@@ -134,11 +150,33 @@ async def redact_batch(deps: Deps, cands: list[Candidate]) -> int:
     for lo in range(0, len(out), EMBED_SLICE):
         await slices.tick()
         vectored.extend(with_vectors(deps, out[lo : lo + EMBED_SLICE]))
-    await _forward(deps, "dedupe", vectored)
+    return vectored
+
+
+async def redact_batch(deps: Deps, cands: list[Candidate]) -> int:
+    out = await redacted(deps, cands)
+    await _forward(deps, "dedupe", out)
     return len(out)
 
 
-async def dedupe_batch(deps: Deps, cands: list[Candidate]) -> int:
+@dataclass(frozen=True)
+class Merges:
+    """Candidates merged into existing memories whose index points and events are still to
+    be done (``settle``): ``(tenant, memory id)`` to re-index, and the events."""
+
+    keys: list[tuple[str, str]]
+    events: list[tuple[MemoryEvent, str, bool]]
+
+
+async def settle(deps: Deps, merges: Merges) -> None:
+    if merges.keys:
+        await _reindex(deps, merges.keys)
+        await _emit_all(deps, merges.events)
+
+
+async def deduped(deps: Deps, cands: Sequence[Candidate]) -> tuple[list[Candidate], Merges]:
+    """Exact and near duplicates merged into their memories in Postgres; the candidates left
+    to store, each carrying its dense vector, and the merges still to ``settle``."""
     keyed = [dedupe.key(c) for c in cands]
     existing = await deps.pg.existing([(k.candidate.owner.tenant, k.memory_id) for k in keyed])
     unknown = [
@@ -210,25 +248,31 @@ async def dedupe_batch(deps: Deps, cands: list[Candidate]) -> int:
             if i in vector_of:  # the store stage indexes this vector instead of embedding again
                 c = c.model_copy(update={"vector": vector_of[i]})
             forward.append(c)
-    if merged:
-        await _reindex(deps, [(d.keyed.candidate.owner.tenant, d.target) for d in merged])
-        at = deps.clock()
-        await _emit_all(
-            deps,
-            [
-                (
-                    event_of(d.keyed.candidate, "merged", d.target, at),
-                    d.keyed.candidate.source_event_id,
-                    d.keyed.candidate.scope in SHARED_SCOPES,
-                )
-                for d in merged
-            ],
-        )
-    await _forward(deps, "store", forward)
-    return len(forward)
+    at = deps.clock()
+    merges = Merges(
+        [(d.keyed.candidate.owner.tenant, d.target) for d in merged],
+        [
+            (
+                event_of(d.keyed.candidate, "merged", d.target, at),
+                d.keyed.candidate.source_event_id,
+                d.keyed.candidate.scope in SHARED_SCOPES,
+            )
+            for d in merged
+        ],
+    )
+    return forward, merges
 
 
-async def store_batch(deps: Deps, cands: list[Candidate]) -> int:
+async def dedupe_batch(deps: Deps, cands: list[Candidate]) -> int:
+    out, merges = await deduped(deps, cands)
+    await settle(deps, merges)
+    await _forward(deps, "store", out)
+    return len(out)
+
+
+async def stored(deps: Deps, cands: Sequence[Candidate], merges: Merges | None = None) -> int:
+    """The candidates written to Postgres, then indexed and announced together with
+    ``merges`` (one index upsert and one round of events for both); how many were kept."""
     # a dedupe try sent these here, and a later try (a redelivery) may have folded one into a
     # near-duplicate: storing it too would hold its turn twice
     folded = await deps.pg.folded_among([(c.owner.tenant, c.candidate_id) for c in cands])
@@ -250,21 +294,75 @@ async def store_batch(deps: Deps, cands: list[Candidate]) -> int:
         for k, new in zip(keyed, inserted, strict=True)
         if new and k.candidate.vector is not None
     }
-    await _reindex(deps, [(k.candidate.owner.tenant, k.memory_id) for k in keyed], new_ids, known)
+    merges = merges or Merges([], [])
+    await _reindex(
+        deps,
+        [*merges.keys, *((k.candidate.owner.tenant, k.memory_id) for k in keyed)],
+        new_ids,
+        known,
+    )
     at = deps.clock()
     await _emit_all(
         deps,
         [
-            (
-                event_of(k.candidate, "stored" if new else "merged", k.memory_id, at),
-                k.candidate.source_event_id,
-                k.candidate.scope in SHARED_SCOPES,
-            )
-            for k, new in zip(keyed, inserted, strict=True)
+            *merges.events,
+            *(
+                (
+                    event_of(k.candidate, "stored" if new else "merged", k.memory_id, at),
+                    k.candidate.source_event_id,
+                    k.candidate.scope in SHARED_SCOPES,
+                )
+                for k, new in zip(keyed, inserted, strict=True)
+            ),
         ],
     )
     return len(keyed)
 
+
+async def store_batch(deps: Deps, cands: list[Candidate]) -> int:
+    return await stored(deps, cands)
+
+
+async def _phase(deps: Deps, stage: str, size: int, work: Awaitable[R]) -> R:
+    """One stage's step inside a fused batch, counted in that stage's metrics as a batch of
+    ``size`` handled (not acked: no message of its own was delivered)."""
+    m = deps.metrics.setdefault(stage, StageMetrics())
+    started = time.perf_counter()
+    m.enter()
+    try:
+        out = await work
+    finally:
+        elapsed = time.perf_counter() - started
+        m.busy_s += elapsed
+        m.leave()
+        if deps.telemetry is not None:
+            deps.telemetry.stage_handled(stage, elapsed, size)
+    m.batches += 1
+    m.processed += size
+    m.fused += size
+    return out
+
+
+async def fused_batch(deps: Deps, events: list[TurnEvent]) -> int:
+    """Extract, redact, dedupe and store over one batch of turns, in this process: what
+    each stage would publish to the next is handed on in memory. The turns are acked (by
+    the runner) once their memories are durable; a failure goes the way of any batch
+    failure, to singles, whose single-path extract publishes to the redact stage."""
+    cands = await extracted(deps, events)
+    if not cands:
+        return 0
+    clean = await _phase(deps, "redact", len(cands), redacted(deps, cands))
+    deps.metrics["redact"].outputs += len(clean)
+    fresh, merges = await _phase(deps, "dedupe", len(clean), deduped(deps, clean))
+    deps.metrics["dedupe"].outputs += len(fresh)
+    # the merges are indexed and announced with the stored memories: one upsert, one round
+    kept = await _phase(deps, "store", len(fresh), stored(deps, fresh, merges))
+    deps.metrics["store"].outputs += kept
+    return len(cands)
+
+
+# the extract stage of a process that runs all four (docs/ingest.md, "Fused stages")
+FUSED_EXTRACT: BatchStage[TurnEvent] = BatchStage(decode_turn, fused_batch, STAGE_WORK["extract"])
 
 BATCH_STAGES: dict[str, BatchStage[Any]] = {
     "extract": BatchStage(decode_turn, extract_batch, STAGE_WORK["extract"]),

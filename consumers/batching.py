@@ -113,8 +113,11 @@ class BatchRunner(StageRunner):
             for msg in singles:
                 await self.one(msg)
         finally:
-            m.busy_s += time.perf_counter() - started
+            elapsed = time.perf_counter() - started
+            m.busy_s += elapsed
             m.leave()
+            if self.deps.telemetry is not None:
+                self.deps.telemetry.stage_handled(self.name, elapsed, len(msgs))
 
     async def _attempt_batch(self, good: list[tuple[One, Any]]) -> int:
         """The batch call, held through an outage as ``StageRunner._attempt`` holds one

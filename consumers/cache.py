@@ -36,6 +36,7 @@ import contextlib
 import hashlib
 import time
 import uuid
+from collections.abc import Iterable
 from typing import Any
 
 from nats.js import JetStreamContext
@@ -225,16 +226,27 @@ class RecallCache:
         (a ``project`` or ``global`` memory changed, which every caller of the tenant may
         read): every cached query of the tenant. Recreates a bucket that went away; raises
         ``TransientError`` when NATS cannot take the bump."""
+        await self.bump_many([(tenant, user, agent, shared)])
+
+    async def bump_many(self, owners: Iterable[tuple[str, str | None, str | None, bool]]) -> None:
+        """``bump`` for many owners at once: each generation key is put once, the puts
+        pipelined (a batch's owners cost one round trip, not one each)."""
+        keys = list(
+            dict.fromkeys(
+                gen_key(tenant, kind, name)
+                for tenant, user, agent, shared in owners
+                for kind, name in (("u", user), ("a", agent), ("t", "*" if shared else None))
+                if name
+            )
+        )
         token = uuid.uuid4().hex.encode()
-        for kind, name in (("u", user), ("a", agent), ("t", "*" if shared else None)):
-            if name:
-                key = gen_key(tenant, kind, name)
-                try:
-                    await self.kv.put(key, token)
-                except Exception:  # noqa: BLE001 - the bucket may be gone: recreate, once
-                    try:
-                        await self._ensure()
-                        await self.kv.put(key, token)
-                    except Exception as exc:
-                        raise TransientError("the recall cache cannot be invalidated") from exc
-                self.gens[key] = token.decode()  # this worker sees its own bump at once
+        done = await asyncio.gather(*(self.kv.put(k, token) for k in keys), return_exceptions=True)
+        failed = [k for k, r in zip(keys, done, strict=True) if isinstance(r, BaseException)]
+        if failed:  # the bucket may be gone: recreate it, once
+            try:
+                await self._ensure()
+                await asyncio.gather(*(self.kv.put(k, token) for k in failed))
+            except Exception as exc:
+                raise TransientError("the recall cache cannot be invalidated") from exc
+        for key in keys:
+            self.gens[key] = token.decode()  # this worker sees its own bump at once

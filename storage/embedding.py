@@ -45,6 +45,17 @@ def _unit_rows(matrix: Any) -> list[list[float]]:
     return rows
 
 
+def one_blas_thread() -> None:
+    """Limit numpy's BLAS to the calling thread, for the whole process. The static model's
+    matrix products are a batch of texts by a few thousand token rows: a second BLAS thread
+    does not make them faster, and OpenBLAS's idle threads spin between calls, which took a
+    core of this 2-core machine away from the stages, NATS and PostgreSQL
+    (docs/benchmarks.md, 2026-11-25, "fused stages")."""
+    from threadpoolctl import threadpool_limits
+
+    threadpool_limits(limits=1, user_api="blas")
+
+
 class StaticEmbedder:
     """A model2vec static model: the mean of token vectors, numpy only. Thread-safe."""
 
@@ -62,6 +73,7 @@ class StaticEmbedder:
         assert self._model.embeddings is not None
         self._dim = int(self._model.embeddings.shape[1])
         self.path = path
+        one_blas_thread()
 
     @property
     def dim(self) -> int:

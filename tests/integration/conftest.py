@@ -87,15 +87,32 @@ def stage_batched() -> bool:
 
 
 @pytest.fixture
+def stage_fused() -> bool:
+    """Whether a worker running every stage hands candidates through redact, dedupe and store
+    in memory, as by default (a module overrides it to run the stages over their subjects)."""
+    return True
+
+
+@pytest.fixture
 async def running(
-    nats_url: str, pg: PgStore, namespace: str, tmp_path: Path, embedder, stage_batched: bool
+    nats_url: str,
+    pg: PgStore,
+    namespace: str,
+    tmp_path: Path,
+    embedder,
+    stage_batched: bool,
+    stage_fused: bool,
 ) -> AsyncIterator[Running]:
     settings = Settings(
         nats_url=nats_url,
         namespace=namespace,
         state_dir=tmp_path,
         stage=StageSettings(
-            max_deliver=3, retry_delays_s=[0.2, 0.5], ack_wait_s=10, batched=stage_batched
+            max_deliver=3,
+            retry_delays_s=[0.2, 0.5],
+            ack_wait_s=10,
+            batched=stage_batched,
+            fused=stage_fused,
         ),
     )
     vectors = make_vector_index(settings)

@@ -1,6 +1,7 @@
 """Stage batches on a real worker: one poison message in a batch is dead-lettered alone on its
 first delivery while the rest of the batch is stored and acked; turns of one session are
-stored in the order they were published."""
+stored in the order they were published; a worker running every stage fuses them, and a
+fused batch that fails goes on over the stage subjects."""
 
 from __future__ import annotations
 
@@ -8,16 +9,18 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from workers import refuse_inserts
+from workers import REFUSED, refuse_inserts
 
-from memstream.consumers.batch_stages import BATCH_STAGES
-from memstream.consumers.batching import BatchRunner
+from memstream.consumers.batch_stages import BATCH_STAGES, FUSED_EXTRACT
+from memstream.consumers.batching import BatchRunner, PullLoops
 from memstream.consumers.dlq import dead_letters
 from memstream.consumers.stages import _redact_candidate, carried, with_vectors
+from memstream.consumers.topology import topology
 from memstream.pipeline.lexical import dated
-from memstream.schemas.memory import Candidate, Owner
+from memstream.schemas.memory import Candidate, MemoryType, Owner
 from memstream.schemas.subjects import DLQ_REASON_HEADER, MSG_ID_HEADER, msg_id
 from memstream.storage.ports import VectorFilter
+from memstream.storage.postgres import OwnerFilter
 
 pytestmark = pytest.mark.integration
 
@@ -127,3 +130,72 @@ async def test_redact_carries_the_vector_that_dedupe_and_store_use(running) -> N
     assert c.vector is not None
     hits = await deps.vectors.search(c.vector, VectorFilter(tenant="acme", user="bo"), 1)
     assert hits and hits[0][1] == pytest.approx(1.0, abs=1e-4)
+
+
+async def _delivered(running, stage: str) -> int:
+    """Messages the stage's durable consumer has delivered so far."""
+    stream, cfg = topology(running.settings).consumers[stage]
+    info = await running.worker.deps.js.consumer_info(stream, cfg.durable_name or "")
+    return int(info.delivered.consumer_seq)
+
+
+async def test_a_worker_running_every_stage_fuses_them(running) -> None:
+    """Turns published to a worker that runs every stage are stored and recallable, each turn
+    acked at extract, with no message on the redact, dedupe or store subjects: their work is
+    counted in their metrics as handed on in memory."""
+    async with running.client("acme", user="bo") as mem:
+        for i in range(12):
+            await mem.publish_turn([("user", distinct_note(i))], session="s1")
+        await running.wait_for(running.drained, 30, "ingestion")
+        flt = OwnerFilter(tenant="acme", user="bo")
+        episodes = [m for m in await running.pg.list_memories(flt) if m.type is MemoryType.EPISODE]
+        assert len(episodes) == 12
+        hits = await mem.recall(TOKENS[3], top_k=3)
+        assert any(TOKENS[3] in h.text for h in hits.hits)
+    metrics = running.worker.deps.metrics
+    assert metrics["extract"].acked == 12
+    for stage in ("redact", "dedupe", "store"):
+        assert await _delivered(running, stage) == 0, stage
+        assert metrics[stage].fused >= 12 and metrics[stage].acked == 0, stage
+
+
+async def test_a_failing_fused_batch_goes_on_over_the_stage_subjects(running) -> None:
+    """Five turns fetched as one fused batch, the memory of the second refused by Postgres:
+    the batch call fails, each turn is extracted again alone and its candidates go over the
+    stage subjects, so the four good turns are stored and the refused memory is dead-lettered
+    alone by the store stage, with its reason, on its first delivery."""
+    await refuse_inserts(running.pg)
+    worker = running.worker
+    loops = worker.broker.pulls
+    await loops.stop()  # the test fetches the extract stage's batch itself
+    s, js = worker.deps.subjects, worker.deps.js
+    texts = ["tea at noon", f"{REFUSED} here", "the deploy is on Friday", "blue vase", "cello"]
+    async with running.client("acme", user="bo") as mem:
+        for i, text in enumerate(texts):
+            await mem.publish_turn([("user", text)], session="s1", event_id=f"t{i}")
+    stream, durable = s.stream("turns"), s.durable("extract")
+    sub = await js.pull_subscribe_bind(durable=durable, stream=stream)
+    msgs: list[Any] = []
+    while len(msgs) < 5:
+        msgs += await sub.fetch(5 - len(msgs), timeout=5)
+
+    runner = BatchRunner("extract", worker.deps, FUSED_EXTRACT)
+    await runner.batch(msgs)
+    assert (runner.metrics.acked, runner.metrics.dead_lettered) == (5, 0)
+    metrics = worker.deps.metrics
+    assert metrics["dedupe"].fused == 5 and metrics["store"].fused == 0  # failed at store
+    stream_, cfg = topology(running.settings).consumers["redact"]
+    info = await js.consumer_info(stream_, cfg.durable_name or "")
+    assert info.num_pending == 5 and info.delivered.consumer_seq == 0  # the singles' output
+    restarted = PullLoops(js, loops.runners, running.settings.stage.batch_size)
+    await restarted.start()
+    try:
+        await running.wait_for(running.drained, 30, "the stages")
+    finally:
+        await restarted.stop()
+    dead = await dead_letters(js, s, "store", 5)
+    assert len(dead) == 1 and "SQLSTATE 22023" in dead[0].headers[DLQ_REASON_HEADER]
+    flt = OwnerFilter(tenant="acme", user="bo")
+    stored = {e for m in await running.pg.list_memories(flt) for e in m.source_event_ids}
+    assert stored == {"t0", "t2", "t3", "t4"}
+    assert await _delivered(running, "redact") >= 5

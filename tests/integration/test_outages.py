@@ -187,7 +187,11 @@ async def _count(pg: PgStore, flt: OwnerFilter, n: int) -> bool:
     return len(await pg.list_memories(flt)) >= n
 
 
-@pytest.mark.parametrize("batched", [True, False], ids=["batched", "single"])
+@pytest.mark.parametrize(
+    ("batched", "fused"),
+    [(True, True), (True, False), (False, False)],
+    ids=["fused", "batched", "single"],
+)
 async def test_postgres_outage_is_retried_in_place_without_using_deliveries(
     own_postgres: EmbeddedPostgres,
     nats_url: str,
@@ -195,16 +199,19 @@ async def test_postgres_outage_is_retried_in_place_without_using_deliveries(
     tmp_path: Path,
     embedder: Embedder,
     batched: bool,
+    fused: bool,
 ) -> None:
     """A turn published while Postgres is down is stored within seconds of its return, with
     no redelivery and no dead letter, though the retry schedule for other errors starts at
-    60 s and max_deliver is 2, on either stage path."""
+    60 s and max_deliver is 2, on every stage path."""
     store = await PgStore.connect(own_postgres.dsn, schema="outage")
     settings = Settings(
         nats_url=nats_url,
         namespace=namespace,
         state_dir=tmp_path / "state",
-        stage=StageSettings(max_deliver=2, ack_wait_s=5, retry_delays_s=[60.0], batched=batched),
+        stage=StageSettings(
+            max_deliver=2, ack_wait_s=5, retry_delays_s=[60.0], batched=batched, fused=fused
+        ),
     )
     worker = await start_worker(settings, store, embedder)
     try:

@@ -16,11 +16,22 @@ from memstream.schemas.subjects import DLQ_REASON_HEADER, DLQ_STAGE_HEADER
 pytestmark = pytest.mark.integration
 
 
-@pytest.fixture(params=[True, False], ids=["batched", "single"])
-def stage_batched(request: pytest.FixtureRequest) -> bool:
-    """Every end-to-end test runs on both stage paths: batches (the default) and one message
-    per handler call (what a batch falls back to)."""
-    return bool(request.param)
+@pytest.fixture(params=["fused", "batched", "single"])
+def stage_mode(request: pytest.FixtureRequest) -> str:
+    """Every end-to-end test runs on the three stage paths: fused batches (the default for a
+    worker running every stage), batches handed on over the stage subjects (a deployment in
+    several processes), and one message per handler call (what a batch falls back to)."""
+    return str(request.param)
+
+
+@pytest.fixture
+def stage_batched(stage_mode: str) -> bool:
+    return stage_mode != "single"
+
+
+@pytest.fixture
+def stage_fused(stage_mode: str) -> bool:
+    return stage_mode == "fused"
 
 
 # (fact a user states, a paraphrased question about it), with a per-tenant variant value.

@@ -168,3 +168,22 @@ def test_wheel_ships_the_model_files(tmp_path: Path) -> None:
         zf.extractall(tmp_path / "installed", [n for n in names if n.startswith(inside)])
     packed = StaticEmbedder(tmp_path / "installed" / inside)
     assert packed.embed_query("dark mode") == StaticEmbedder().embed_query("dark mode")
+
+
+def test_loading_the_static_model_leaves_numpy_one_blas_thread() -> None:
+    """OpenBLAS's idle threads spin between the embedder's small products: once the static
+    model is loaded (in a fresh process whose numpy starts with two BLAS threads), every BLAS
+    library numpy loaded runs on one thread."""
+    code = (
+        "import threadpoolctl\n"
+        "from memstream.storage.embedding import StaticEmbedder\n"
+        "StaticEmbedder()\n"
+        "print(sorted({i['num_threads'] for i in threadpoolctl.threadpool_info()"
+        " if i['user_api'] == 'blas'}))\n"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.endswith("_NUM_THREADS")}
+    env["OPENBLAS_NUM_THREADS"] = "2"
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True
+    )
+    assert out.stdout.strip() == "[1]"
