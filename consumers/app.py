@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import random
 import time
 from dataclasses import dataclass, field
@@ -24,7 +25,7 @@ from pydantic import ValidationError
 
 from memstream.consumers import deletions, indexing, opsstats, topology
 from memstream.consumers.auth import Authenticator
-from memstream.consumers.batch_stages import BATCH_STAGES, FUSED_EXTRACT
+from memstream.consumers.batch_stages import batch_stage, chain_of
 from memstream.consumers.batching import BatchRunner, PullLoops
 from memstream.consumers.busauth import safe_reply
 from memstream.consumers.cache import RecallCache
@@ -78,6 +79,18 @@ class _Broker(NatsBroker):
         await super().stop(*args, **kwargs)
 
 
+def quieter_gc() -> None:
+    """Fewer, cheaper garbage collections for a worker process. What is alive once the
+    worker is built (modules, the model, the rules) is frozen out of every collection, and a
+    collection of the youngest objects waits for 50,000 allocations instead of 700: a stage
+    batch allocates that many in a few milliseconds, and collections walking the long-lived
+    heap were a tenth of the worker's CPU and the worst of recall's tail (docs/benchmarks.md,
+    2026-11-25, "fused stages")."""
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(50_000, 20, 100)
+
+
 @dataclass
 class Worker(ReadsServices):
     services: Services
@@ -111,6 +124,7 @@ class Worker(ReadsServices):
         return self.services.store
 
     async def start(self) -> None:
+        quieter_gc()
         s = Subjects(self.settings.namespace)
         self._nc = await nats.connect(
             servers(self.nats_url),
@@ -157,20 +171,15 @@ class Worker(ReadsServices):
         )
         batched: dict[str, tuple[str, str, BatchRunner]] = {}
         roles = self.settings.stages
-        fused = (
-            self.settings.stage.batched
-            and self.settings.stage.fused
-            and all(stage in roles for stage in STAGES)
-        )
+        # each stage handed on in memory through the next ones this process runs too
+        stage_cfg = self.settings.stage
+        chains = chain_of(STAGES, roles) if stage_cfg.batched and stage_cfg.fused else {}
         for stage in (stage for stage in STAGES if stage in roles):
             stream, ccfg = topo.consumers[stage]
             if self.settings.stage.batched:
-                work = FUSED_EXTRACT if fused and stage == "extract" else BATCH_STAGES[stage]
-                batched[stage] = (
-                    stream,
-                    ccfg.durable_name or "",
-                    BatchRunner(stage, self.deps, work),
-                )
+                work = batch_stage(chains.get(stage, (stage,)))
+                batch_runner = BatchRunner(stage, self.deps, work)
+                batched[stage] = (stream, ccfg.durable_name or "", batch_runner)
                 continue
             runner = StageRunner(stage, self.deps, STAGE_WORK[stage])
             self.broker.subscriber(
@@ -197,7 +206,7 @@ class Worker(ReadsServices):
             nats=display_url(self.nats_url),
             namespace=s.prefix,
             stages=list(roles),
-            fused=fused,
+            fused={first: "+".join(c) for first, c in chains.items() if len(c) > 1},
         )
 
     async def _answer_requests(self, s: Subjects) -> None:

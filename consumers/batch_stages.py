@@ -10,15 +10,15 @@ turns are acked once the memories are durable, with no hand-off message in betwe
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Mapping, Sequence
+from collections.abc import Awaitable, Collection, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from memstream.consumers import indexing
-from memstream.consumers.batching import BatchStage, Decode
+from memstream.consumers.batching import BatchStage, BatchWork, Decode
 from memstream.consumers.logs import log
-from memstream.consumers.offload import Slices, offload
+from memstream.consumers.offload import EMBED_SLICE, Slices, offload
 from memstream.consumers.stages import (
     STAGE_WORK,
     Deps,
@@ -37,12 +37,10 @@ from memstream.schemas.errors import InvalidMessage, PermanentError, TransientEr
 from memstream.schemas.events import TurnEvent
 from memstream.schemas.ids import owner_key
 from memstream.schemas.memory import SHARED_SCOPES, Candidate, MemoryEvent
-from memstream.schemas.subjects import msg_id
+from memstream.schemas.subjects import STAGES, msg_id
 from memstream.storage.ports import VectorFilter
 
 R = TypeVar("R")
-
-EMBED_SLICE = 16  # texts per embedding call in redact: a few milliseconds of the event loop
 
 
 def decode_turn(deps: Deps, body: bytes, subject: str) -> TurnEvent:
@@ -343,26 +341,72 @@ async def _phase(deps: Deps, stage: str, size: int, work: Awaitable[R]) -> R:
     return out
 
 
-async def fused_batch(deps: Deps, events: list[TurnEvent]) -> int:
-    """Extract, redact, dedupe and store over one batch of turns, in this process: what
-    each stage would publish to the next is handed on in memory. The turns are acked (by
-    the runner) once their memories are durable; a failure goes the way of any batch
-    failure, to singles, whose single-path extract publishes to the redact stage."""
-    cands = await extracted(deps, events)
-    if not cands:
-        return 0
-    clean = await _phase(deps, "redact", len(cands), redacted(deps, cands))
-    deps.metrics["redact"].outputs += len(clean)
-    fresh, merges = await _phase(deps, "dedupe", len(clean), deduped(deps, clean))
-    deps.metrics["dedupe"].outputs += len(fresh)
-    # the merges are indexed and announced with the stored memories: one upsert, one round
-    kept = await _phase(deps, "store", len(fresh), stored(deps, fresh, merges))
-    deps.metrics["store"].outputs += kept
-    return len(cands)
+def chain_of(stages: Sequence[str], roles: Collection[str]) -> dict[str, tuple[str, ...]]:
+    """Each stage of ``roles`` with the stages it hands on to in memory: the run of
+    consecutive stages from it that this process also runs (``("dedupe", "store")`` for a
+    process running dedupe and store)."""
+    chains = {}
+    for i, first in enumerate(stages):
+        if first not in roles:
+            continue
+        run = [first]
+        for later in stages[i + 1 :]:
+            if later not in roles:
+                break
+            run.append(later)
+        chains[first] = tuple(run)
+    return chains
 
 
-# the extract stage of a process that runs all four (docs/ingest.md, "Fused stages")
-FUSED_EXTRACT: BatchStage[TurnEvent] = BatchStage(decode_turn, fused_batch, STAGE_WORK["extract"])
+async def _step(
+    deps: Deps, stage: str, cands: list[Candidate], merges: Merges | None
+) -> tuple[list[Candidate], Merges | None, int]:
+    """One candidate stage of a fused chain: (what it hands on, the merges still to settle,
+    its output count). Store settles the merges with its own writes, and hands on nothing."""
+    if stage == "redact":
+        out = await redacted(deps, cands)
+        return out, merges, len(out)
+    if stage == "dedupe":
+        out, found = await deduped(deps, cands)
+        return out, found, len(out)
+    return [], None, await stored(deps, cands, merges)
+
+
+def fused(chain: Sequence[str]) -> BatchWork[Any]:
+    """The batch work of ``chain``'s first stage with the later ones of ``chain`` done in
+    memory, in this process: what each would publish to the next is handed on directly, and
+    what the last one makes goes to the stage after it (nothing after store). The runner acks
+    the first stage's messages once that is durable; a failure goes the way of any batch
+    failure, to singles, whose single path publishes to the next stage's subject."""
+    steps = tuple(chain)
+
+    async def work(deps: Deps, values: list[Any]) -> int:
+        if steps[0] == "extract":
+            cands, merges = await extracted(deps, values), None
+            outputs = len(cands)
+        else:  # the runner counts the first stage's batch
+            cands, merges, outputs = await _step(deps, steps[0], values, None)
+        for stage in steps[1:]:
+            cands, merges, made = await _phase(
+                deps, stage, len(cands), _step(deps, stage, cands, merges)
+            )
+            deps.metrics[stage].outputs += made
+        if steps[-1] != "store":
+            if merges is not None:
+                await settle(deps, merges)
+            await _forward(deps, STAGES[STAGES.index(steps[-1]) + 1], cands)
+        return outputs
+
+    return work
+
+
+def batch_stage(chain: Sequence[str]) -> BatchStage[Any]:
+    """The batch stage of ``chain[0]``, fused through the rest of ``chain``."""
+    plain = BATCH_STAGES[chain[0]]
+    if len(chain) == 1:
+        return plain
+    return BatchStage(plain.decode, fused(chain), plain.single)
+
 
 BATCH_STAGES: dict[str, BatchStage[Any]] = {
     "extract": BatchStage(decode_turn, extract_batch, STAGE_WORK["extract"]),

@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from typing import Any
 
-from memstream.consumers.offload import Slices
+from memstream.consumers.offload import EMBED_SLICE, Slices
 from memstream.pipeline.lexical import dated, document_vector
 from memstream.schemas.memory import MemoryRecord, MemoryType
 from memstream.storage.pgports import IndexRows
@@ -87,16 +87,20 @@ async def index(
     contexts = [found.get(str(uuid.UUID(m.id)), []) for m in memories]
     known = known or {}
     todo = [m for m in memories if m.id not in known]
-    fresh = dict(
-        zip(
-            (m.id for m in todo),
-            embedder.embed([dated(m.content, m.occurred_at) for m in todo]),
-            strict=True,
+    fresh: dict[str, Sequence[float]] = {}
+    slices = Slices()
+    for lo in range(0, len(todo), EMBED_SLICE):
+        await slices.tick()
+        part = todo[lo : lo + EMBED_SLICE]
+        fresh.update(
+            zip(
+                (m.id for m in part),
+                embedder.embed([dated(m.content, m.occurred_at) for m in part]),
+                strict=True,
+            )
         )
-    )
     vecs = [known[m.id] if m.id in known else fresh[m.id] for m in memories]
     points = []
-    slices = Slices()
     for m, v, c in zip(memories, vecs, contexts, strict=True):
         await slices.tick()
         points.append(point(m, v, c))

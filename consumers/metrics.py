@@ -94,6 +94,7 @@ class _WorkerCounters(Collector):
             ("dead_lettered", "messages sent to the dead-letter subject"),
             ("outputs", "messages or rows produced"),
             ("held", "tries held in place during an outage (no delivery used)"),
+            ("fused", "items handed to the stage in memory by the stage before (no message)"),
         ):
             family = CounterMetricFamily(f"memstream_stage_{field}", text, labels=["stage"])
             for stage, m in stages.items():

@@ -32,6 +32,8 @@ async def offload(size: int, fn: Callable[P, T], *args: P.args, **kwargs: P.kwar
     return await asyncio.to_thread(fn, *args, **kwargs)
 
 
+EMBED_SLICE = 16  # texts per embedding call inside a batch: a few milliseconds of the loop
+
 SLICE_S = 0.002  # the longest a pass over a batch holds the event loop between yields
 
 

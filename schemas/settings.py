@@ -25,9 +25,10 @@ class StageSettings(BaseModel):
     # false: one message per handler call, the path a batch falls back to for a message that
     # fails within it
     batched: bool = True
-    # A process running extract, redact, dedupe and store hands a turn's candidates through
-    # the last three in memory instead of over their subjects (docs/ingest.md, "Fused
-    # stages"); the subjects still carry what other processes publish. Batched only.
+    # A process hands a batch on in memory through the consecutive stages it runs, instead
+    # of over their subjects (docs/ingest.md, "Fused stages"): with every stage, from a turn
+    # to its stored memories. The subjects still carry what other processes publish to them.
+    # Batched only.
     fused: bool = True
     # ~13 minutes of an outage ride through retries before a message is dead-lettered
     retry_delays_s: list[float] = Field(default_factory=lambda: [1.0, 5.0, 30.0, 120.0, 300.0])

@@ -17,7 +17,7 @@ event id (``Nats-Msg-Id``), so a turn whose PubAck was lost is stored once.
 
 Targets: no turn lost or duplicated, the index holding exactly the memories Postgres holds,
 no dead letter, everything processed within 60 s of the end of the last fault, and every
-extra process acked extract and redact messages. The exit code is 1 when a target is missed.
+extra process extracted and redacted turns. The exit code is 1 when a target is missed.
 The workers take the stage settings of the environment (MEMSTREAM_STAGE__*: batches on or off,
 the ack deadline ...).
 """
@@ -78,7 +78,7 @@ async def _inject_all(
     watch: fleet.StatsWatch,
 ) -> list[dict[str, Any]]:
     """Each fault of the plan once, in order, when its share of the turns is stored (an extra
-    process is killed once it holds work: it has acked messages of its stages)."""
+    process is killed once it holds work: it has handled work of its stages)."""
     log: list[dict[str, Any]] = []
     for k, fault in enumerate(plan):
         share = (k + 1) / (len(plan) + 1.5)
@@ -301,7 +301,7 @@ def targets(r: dict[str, Any]) -> dict[str, bool]:
     extras: dict[str, bool] = {}
     for row in r["processes"]:
         if row["process"] != "owner":
-            did = all((row["acked"] or {}).get(stage, 0) > 0 for stage in ("extract", "redact"))
+            did = all((row["handled"] or {}).get(stage, 0) > 0 for stage in ("extract", "redact"))
             extras[row["process"]] = extras.get(row["process"], False) or did
     return {
         "every fault injected": [f["fault"] for f in r["faults"]] == r["plan"],

@@ -38,19 +38,22 @@ def extras(env: dict[str, str], base: Path, n: int) -> list[WorkerProcess]:
 
 
 class StatsWatch:
-    """The messages each worker process (by pid) has acked per stage, as last seen."""
+    """What each worker process (by pid) has handled per stage, as last seen: messages acked,
+    plus batches handed on to the stage in memory (a fused chain, consumers/batch_stages.py)."""
 
     def __init__(self, nc: Any, namespace: str, every_s: float = 0.5) -> None:
         self.nc, self.every_s = nc, every_s
         self.subject = Subjects(namespace).ops("stats")
-        self.acked: dict[int, dict[str, int]] = {}
+        self.handled: dict[int, dict[str, int]] = {}
 
     async def poll(self) -> None:
         for answer in await answers(self.nc, self.subject, 0.3):
             pid = str(answer.get("worker", "")).rpartition(":")[2]
             if pid.isdigit():
                 stages = answer.get("stages") or {}
-                self.acked[int(pid)] = {k: int(v.get("acked", 0)) for k, v in stages.items()}
+                self.handled[int(pid)] = {
+                    k: int(v.get("acked", 0)) + int(v.get("fused", 0)) for k, v in stages.items()
+                }
 
     async def run(self, stop: asyncio.Event) -> None:
         while not stop.is_set():
@@ -61,24 +64,24 @@ class StatsWatch:
                 await asyncio.wait_for(stop.wait(), self.every_s)
 
     async def working(self, proc: WorkerProcess, limit_s: float = 30.0) -> bool:
-        """Wait until the current life of ``proc`` has acked messages of each of its stages
+        """Wait until the current life of ``proc`` has handled work of each of its stages
         (read afresh), so that a kill lands on a process that holds work; False if it has
         not after ``limit_s``."""
         deadline = time.monotonic() + limit_s
         while time.monotonic() < deadline:
             with contextlib.suppress(nats.errors.Error, OSError, TimeoutError):
                 await self.poll()
-            counts = self.acked.get(proc.pids[-1]) or {}
+            counts = self.handled.get(proc.pids[-1]) or {}
             if all(counts.get(stage, 0) > 0 for stage in EXTRA_STAGES.split(",")):
                 return True
             await asyncio.sleep(0.1)
         return False
 
     def report(self, owner: WorkerProcess, extra: Sequence[WorkerProcess]) -> list[dict[str, Any]]:
-        """One row per process started: its role, pid and acked counts (None: never seen)."""
+        """One row per process started: its role, pid and handled counts (None: never seen)."""
         rows = [("owner", owner)] + [(f"extra-{i}", x) for i, x in enumerate(extra)]
         return [
-            {"process": name, "pid": pid, "acked": self.acked.get(pid)}
+            {"process": name, "pid": pid, "handled": self.handled.get(pid)}
             for name, proc in rows
             for pid in proc.pids
         ]
@@ -124,10 +127,10 @@ _STAGE_COLUMNS = (("extract", 9), ("redact", 8), ("dedupe", 8), ("store", 8))
 
 
 def table(rows: Sequence[dict[str, Any]]) -> list[str]:
-    """``StatsWatch.report`` as printed lines: one per process life, acked per stage."""
+    """``StatsWatch.report`` as printed lines: one per process life, handled per stage."""
     lines = [f"  {'process':<10}{'pid':>9}{'extract':>9}{'redact':>8}{'dedupe':>8}{'store':>8}"]
     for p in rows:
-        acked = p["acked"] or {}
-        counts = "".join(f"{acked.get(s, '-')!s:>{w}}" for s, w in _STAGE_COLUMNS)
+        handled = p["handled"] or {}
+        counts = "".join(f"{handled.get(s, '-')!s:>{w}}" for s, w in _STAGE_COLUMNS)
         lines.append(f"  {p['process']:<10}{p['pid']:>9}{counts}")
     return lines

@@ -11,14 +11,14 @@ from typing import Any
 import pytest
 from workers import REFUSED, refuse_inserts
 
-from memstream.consumers.batch_stages import BATCH_STAGES, FUSED_EXTRACT
+from memstream.consumers.batch_stages import BATCH_STAGES, batch_stage
 from memstream.consumers.batching import BatchRunner, PullLoops
 from memstream.consumers.dlq import dead_letters
 from memstream.consumers.stages import _redact_candidate, carried, with_vectors
 from memstream.consumers.topology import topology
 from memstream.pipeline.lexical import dated
 from memstream.schemas.memory import Candidate, MemoryType, Owner
-from memstream.schemas.subjects import DLQ_REASON_HEADER, MSG_ID_HEADER, msg_id
+from memstream.schemas.subjects import DLQ_REASON_HEADER, MSG_ID_HEADER, STAGES, msg_id
 from memstream.storage.ports import VectorFilter
 from memstream.storage.postgres import OwnerFilter
 
@@ -179,7 +179,7 @@ async def test_a_failing_fused_batch_goes_on_over_the_stage_subjects(running) ->
     while len(msgs) < 5:
         msgs += await sub.fetch(5 - len(msgs), timeout=5)
 
-    runner = BatchRunner("extract", worker.deps, FUSED_EXTRACT)
+    runner = BatchRunner("extract", worker.deps, batch_stage(STAGES))
     await runner.batch(msgs)
     assert (runner.metrics.acked, runner.metrics.dead_lettered) == (5, 0)
     metrics = worker.deps.metrics

@@ -113,7 +113,7 @@ def test_two_extra_processes_keep_exactly_once_through_a_sigkill(batched: bool) 
     """One owner process and two `--stages extract,redact` processes ingest 300 turns of three
     tenants while one extra process is SIGKILLed and restarted: every acked turn has exactly
     one episode, the index holds what Postgres holds, nothing is dead-lettered, and each extra
-    process acked extract and redact messages itself."""
+    process extracted and redacted turns itself."""
     report, stderr, code = faultsbench.run(
         ["--turns", "300", "--faults", "extra_kill", "--extra-workers", "2"],
         140,
@@ -128,7 +128,7 @@ def test_two_extra_processes_keep_exactly_once_through_a_sigkill(batched: bool) 
     rows = report["processes"]
     assert [r["process"] for r in rows] == ["owner", "extra-0", "extra-0", "extra-1"]
     for row in rows[1:]:  # an extra process never runs dedupe or store
-        assert set(row["acked"] or {}) <= {"extract", "redact"}
+        assert set(row["handled"] or {}) <= {"extract", "redact"}
     for first in (rows[1], rows[3]):  # the killed one counted before its kill, the other
-        assert first["acked"]["extract"] > 0 and first["acked"]["redact"] > 0, rows
+        assert first["handled"]["extract"] > 0 and first["handled"]["redact"] > 0, rows
     assert all(report["targets"].values()) and code == 0
