@@ -312,7 +312,7 @@ def targets(r: dict[str, Any]) -> dict[str, bool]:
         "0 dead letters": r["dead_letters"] == 0,
         f"drained within {DRAIN_TARGET_S:.0f} s of the last fault": drain is not None
         and drain <= DRAIN_TARGET_S,
-        "every extra process acked extract and redact": all(extras.values()),
+        "every extra process extracted and redacted": all(extras.values()),
     }
 
 
