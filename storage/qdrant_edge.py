@@ -159,7 +159,9 @@ def owner_payload(tenant: str, user: str | None, agent: str | None) -> dict[str,
 
 
 def payload(p: VectorPoint) -> dict[str, Any]:
-    """Everything in the point but the vectors; absent values are stored as null."""
+    """Everything in the point but the vectors; absent values are stored as null. The record
+    is one JSON string: the engine converts a Python dict key by key, which took half of a
+    point's conversion, and a string at once (``_record`` reads both forms)."""
     return {
         **owner_payload(p.tenant, p.user, p.agent),
         "tenant": p.tenant,
@@ -173,7 +175,7 @@ def payload(p: VectorPoint) -> dict[str, Any]:
         "expires_at": p.expires_at,
         "pinned": p.pinned,
         "tags": list(p.tags),
-        "record": dict(p.record),
+        "record": json.dumps(p.record, separators=(",", ":")),
     }
 
 
@@ -229,7 +231,13 @@ def edge_filter(flt: VectorFilter, may_expire: bool = True) -> qe.Filter:
 
 
 def _record(payload: dict[str, Any] | None) -> Record:
+    """The record of a stored point: a JSON string, or a dict in a shard written before."""
     record = (payload or {}).get("record")
+    if isinstance(record, str):
+        try:
+            record = json.loads(record)
+        except ValueError:
+            return {}
     return record if isinstance(record, dict) else {}
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import json
 import math
 import random
 import subprocess
@@ -23,6 +24,7 @@ from memstream.schemas.errors import ConfigurationError, StorageUnavailable
 from memstream.schemas.memory import MemoryType, Scope
 from memstream.storage.ports import IdfScope, VectorFilter, VectorIndex, VectorPoint
 from memstream.storage.qdrant_edge import EdgeVectorIndex, edge_filter
+from memstream.storage.qdrant_edge import payload as edge_payload
 from memstream.storage.qdrant_server import ServerVectorIndex
 
 pytestmark = [
@@ -334,10 +336,35 @@ async def test_pinned_flag_and_tags_are_stored_in_the_payload(index: VectorIndex
     p = point(axis(0), pinned=True, tags=("red",), record={"text": "t"})
     await index.upsert([p])
     stored = await stored_payload(index, p.id)
-    assert (stored["pinned"], stored["tags"], stored["record"]) == (True, ["red"], {"text": "t"})
+    assert (stored["pinned"], stored["tags"], _decoded(stored["record"])) == (
+        True,
+        ["red"],
+        {"text": "t"},
+    )
     await index.upsert([point(axis(0), id=p.id)])
     stored = await stored_payload(index, p.id)
-    assert (stored["pinned"], stored["tags"], stored["record"]) == (False, [], {})
+    assert (stored["pinned"], stored["tags"], _decoded(stored["record"])) == (False, [], {})
+
+
+def _decoded(record: Any) -> Any:
+    """Qdrant Edge stores the record as one JSON string (cheaper for the engine to take)."""
+    return json.loads(record) if isinstance(record, str) else record
+
+
+async def test_edge_reads_records_stored_as_dicts_before(tmp_path: Path) -> None:
+    """A point written when Qdrant Edge payloads held the record as a dict is still read:
+    by id and by a search, with its record."""
+    index = edge_factory(tmp_path)()
+    await index.ensure(DIM)
+    p = point(axis(0), record={"text": "older", "id": "x"})
+    await index.upsert([p])
+    old = qe.Point(p.id, index._vectors(p), {**edge_payload(p), "record": dict(p.record)})
+    index.shard.update(qe.UpdateOperation.upsert_points([old]))
+    assert not isinstance((await stored_payload(index, p.id))["record"], str)
+    assert (await index.fetch("acme", [p.id]))[p.id] == {"text": "older", "id": "x"}
+    hits = await index.search(axis(0), VectorFilter(tenant="acme"), 1, with_records=True)
+    assert hits[0][2] == {"text": "older", "id": "x"}
+    await index.close()
 
 
 # -- the keyword (BM25) leg -------------------------------------------------------------------

@@ -1,7 +1,10 @@
 """Which stages a worker process hands on in memory: the run of consecutive stages it runs
-from each one (consumers/batch_stages.chain_of)."""
+from each one (consumers/batch_stages.chain_of); and the worker process's GC settings."""
 
 from __future__ import annotations
+
+import subprocess
+import sys
 
 from memstream.consumers.batch_stages import BATCH_STAGES, batch_stage, chain_of
 from memstream.schemas.subjects import STAGES
@@ -42,3 +45,17 @@ def test_a_chain_of_one_is_the_plain_batch_stage() -> None:
     plain = BATCH_STAGES["redact"]
     assert fused.decode is plain.decode and fused.single is plain.single
     assert fused.work is not plain.work
+
+
+def test_a_worker_process_freezes_its_startup_heap_and_collects_less_often() -> None:
+    """``quieter_gc`` (called when a worker starts) moves what is alive out of every later
+    collection and raises the youngest generation's threshold, in a fresh process."""
+    code = (
+        "import gc\n"
+        "from memstream.consumers.app import quieter_gc\n"
+        "before = (gc.get_freeze_count(), gc.get_threshold()[0])\n"
+        "quieter_gc()\n"
+        "print(before, (gc.get_freeze_count() > 10_000, gc.get_threshold()[0]))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "(0, 700) (True, 50000)"
