@@ -3,9 +3,10 @@ each message, then one call per step over the whole batch.
 
 Each stage's work is a function from its batch to what it hands on (``extracted``,
 ``redacted``, ``deduped``, ``stored``); a stage publishes that to the next stage's subject.
-A process that runs all four stages fuses them (``fused_batch``, docs/ingest.md): the
-extract batch's candidates go through redact, dedupe and store in the same call, and the
-turns are acked once the memories are durable, with no hand-off message in between."""
+A process hands a batch on in memory through the consecutive stages it runs (``chain_of``,
+``fused``; docs/ingest.md, "Fused stages"): with all four, a batch of turns goes through
+redact, dedupe and store in the same call, and the turns are acked once their memories are
+durable, with no hand-off message in between."""
 
 from __future__ import annotations
 
