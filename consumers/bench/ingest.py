@@ -9,7 +9,9 @@ In one run, on one server:
    episode is announced on ``mem.events`` (``stored``, or ``merged`` for an exact repeat):
    its Postgres row and index point are written by then, so it is recallable;
 3. latency: turns paced at a fixed rate, publish-to-``stored`` per turn, while one client
-   sends recall requests back to back (a mixed workload).
+   sends recall requests back to back (a mixed workload), or at most ``--recall-rate`` a
+   second. Back to back, the recall load grows as recall gets faster and takes CPU from the
+   workers' ingest; a fixed rate keeps the two figures apart.
 Per-stage busy time and batch sizes come from the workers' stage metrics. ``--processes``
 picks where the workers run (consumers/bench/pipelines.py): in worker processes beside the
 benchmark, as deployed (the default: one that owns the index, the rest extract/redact
@@ -200,7 +202,13 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             async def recall_loop() -> None:
                 nonlocal recall_errors
                 qrng = random.Random(args.seed + 1)
+                gap = 1.0 / args.recall_rate if args.recall_rate > 0 else 0.0
+                due = time.perf_counter()
                 while not stop.is_set():
+                    if gap:  # one request per slot; a late one starts at once
+                        due += gap
+                        if (wait := due - time.perf_counter()) > 0:
+                            await asyncio.sleep(wait)
                     sess = qrng.choice(pool)
                     query = qrng.choice(QUERIES).format(
                         thing=qrng.choice(THINGS), day=qrng.choice(DAYS)
@@ -272,6 +280,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             "missing": paced_missing,
         },
         "recall_during_ingest": {
+            "rate": args.recall_rate or None,  # None: back to back
             "requests": len(recall_ms),
             "errors": recall_errors,
             "latency_ms": pcts(recall_ms, (50, 95, 99)),
@@ -285,6 +294,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--turns", type=int, default=5000, help="turns for the throughput run")
     p.add_argument("--paced-turns", type=int, default=2500, help="turns for the latency run")
     p.add_argument("--rate", type=float, default=500.0, help="paced publish rate, turns/s")
+    p.add_argument(
+        "--recall-rate",
+        type=float,
+        default=0.0,
+        help="recall requests per second during the paced run (0: back to back)",
+    )
     p.add_argument("--tenants", type=int, default=4)
     p.add_argument("--users", type=int, default=4, help="owners per tenant")
     p.add_argument("--sessions", type=int, default=4, help="sessions per owner")
@@ -324,7 +339,8 @@ def main(args: argparse.Namespace) -> int:
             "p50 {p50} / p95 {p95} / p99 {p99} ms".format(**paced["latency_ms"]),
         ),
         (
-            "recall during that ingest",
+            "recall during that ingest"
+            + (f" ({rec['rate']:.0f}/s)" if rec.get("rate") else " (back to back)"),
             "p50 {p50} / p95 {p95} / p99 {p99} ms".format(**rec["latency_ms"])
             + f" ({rec['requests']} requests, {rec['errors']} errors)",
         ),

@@ -126,10 +126,13 @@ def test_ingest_bench_reports_throughput_latency_and_loses_nothing(
     """`memstream bench ingest` run small, with the workers in its own process or in an owner
     and an extract/redact process: every turn becomes recallable exactly once, and the
     report's hop, throughput, stage (summed over processes), latency and recall figures are
-    consistent."""
+    consistent; in process, recall is paced at 20 requests a second, out of process back to
+    back."""
+    recall_rate = 20 if processes == 0 else 0
     r = bench(
         "ingest --turns 240 --paced-turns 120 --rate 100 --tenants 2 --users 2 --sessions 2 "
-        f"--hop-messages 500 --timeout 120 --processes {processes}".split(),
+        f"--hop-messages 500 --timeout 120 --processes {processes} "
+        f"--recall-rate {recall_rate}".split(),
         nats_url,
         database_url,
     )
@@ -153,3 +156,7 @@ def test_ingest_bench_reports_throughput_latency_and_loses_nothing(
     rec = r["recall_during_ingest"]
     assert rec["requests"] > 0 and rec["errors"] == 0
     assert 0 < rec["latency_ms"]["p50"] <= rec["latency_ms"]["p95"]
+    assert rec["rate"] == (recall_rate or None)
+    if recall_rate:  # at most one request per slot over the paced run and its drain
+        paced_s = 120 / r["paced"]["achieved_rate"] + lat["p99"] / 1000
+        assert rec["requests"] <= recall_rate * (paced_s + 1)
