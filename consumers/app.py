@@ -25,10 +25,10 @@ from pydantic import ValidationError
 
 from memstream.consumers import deletions, indexing, opsstats, topology
 from memstream.consumers.auth import Authenticator
-from memstream.consumers.batch_stages import batch_stage, chain_of
 from memstream.consumers.batching import BatchRunner, PullLoops
 from memstream.consumers.busauth import safe_reply
 from memstream.consumers.cache import RecallCache
+from memstream.consumers.chains import batch_stage, chain_of
 from memstream.consumers.commands import CommandService
 from memstream.consumers.extractors import LlmExtractor
 from memstream.consumers.logs import log

@@ -3,21 +3,18 @@ each message, then one call per step over the whole batch.
 
 Each stage's work is a function from its batch to what it hands on (``extracted``,
 ``redacted``, ``deduped``, ``stored``); a stage publishes that to the next stage's subject.
-A process hands a batch on in memory through the consecutive stages it runs (``chain_of``,
-``fused``; docs/ingest.md, "Fused stages"): with all four, a batch of turns goes through
-redact, dedupe and store in the same call, and the turns are acked once their memories are
-durable, with no hand-off message in between."""
+A process hands a batch on in memory through the consecutive stages it runs
+(consumers/chains.py; docs/ingest.md, "Fused stages")."""
 
 from __future__ import annotations
 
-import time
-from collections.abc import Awaitable, Collection, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any
 
 from memstream.consumers import indexing
-from memstream.consumers.batching import BatchStage, BatchWork, Decode
+from memstream.consumers.batching import BatchStage, Decode
 from memstream.consumers.logs import log
 from memstream.consumers.offload import EMBED_SLICE, Slices, offload
 from memstream.consumers.stages import (
@@ -38,10 +35,8 @@ from memstream.schemas.errors import InvalidMessage, PermanentError, TransientEr
 from memstream.schemas.events import TurnEvent
 from memstream.schemas.ids import owner_key
 from memstream.schemas.memory import SHARED_SCOPES, Candidate, MemoryEvent
-from memstream.schemas.subjects import STAGES, msg_id
+from memstream.schemas.subjects import msg_id
 from memstream.storage.ports import VectorFilter
-
-R = TypeVar("R")
 
 
 def decode_turn(deps: Deps, body: bytes, subject: str) -> TurnEvent:
@@ -63,7 +58,7 @@ def candidate_on(stage: str) -> Decode[Candidate]:
     return decode_candidate
 
 
-async def _forward(deps: Deps, stage: str, cands: Sequence[Candidate]) -> None:
+async def publish_to_stage(deps: Deps, stage: str, cands: Sequence[Candidate]) -> None:
     """Publish candidates to the next stage, pipelined (in order); returns once every PubAck
     arrived."""
     await deps.publish_many(
@@ -129,7 +124,7 @@ async def extracted(deps: Deps, events: Sequence[TurnEvent]) -> list[Candidate]:
 
 async def extract_batch(deps: Deps, events: list[TurnEvent]) -> int:
     out = await extracted(deps, events)
-    await _forward(deps, "redact", out)
+    await publish_to_stage(deps, "redact", out)
     return len(out)
 
 
@@ -154,7 +149,7 @@ async def redacted(deps: Deps, cands: Sequence[Candidate]) -> list[Candidate]:
 
 async def redact_batch(deps: Deps, cands: list[Candidate]) -> int:
     out = await redacted(deps, cands)
-    await _forward(deps, "dedupe", out)
+    await publish_to_stage(deps, "dedupe", out)
     return len(out)
 
 
@@ -265,7 +260,7 @@ async def deduped(deps: Deps, cands: Sequence[Candidate]) -> tuple[list[Candidat
 async def dedupe_batch(deps: Deps, cands: list[Candidate]) -> int:
     out, merges = await deduped(deps, cands)
     await settle(deps, merges)
-    await _forward(deps, "store", out)
+    await publish_to_stage(deps, "store", out)
     return len(out)
 
 
@@ -320,93 +315,6 @@ async def stored(deps: Deps, cands: Sequence[Candidate], merges: Merges | None =
 
 async def store_batch(deps: Deps, cands: list[Candidate]) -> int:
     return await stored(deps, cands)
-
-
-async def _phase(deps: Deps, stage: str, size: int, work: Awaitable[R]) -> R:
-    """One stage's step inside a fused batch, counted in that stage's metrics as a batch of
-    ``size`` handled (not acked: no message of its own was delivered)."""
-    m = deps.metrics.setdefault(stage, StageMetrics())
-    started = time.perf_counter()
-    m.enter()
-    try:
-        out = await work
-    finally:
-        elapsed = time.perf_counter() - started
-        m.busy_s += elapsed
-        m.leave()
-        if deps.telemetry is not None:
-            deps.telemetry.stage_handled(stage, elapsed, size)
-    m.batches += 1
-    m.processed += size
-    m.fused += size
-    return out
-
-
-def chain_of(stages: Sequence[str], roles: Collection[str]) -> dict[str, tuple[str, ...]]:
-    """Each stage of ``roles`` with the stages it hands on to in memory: the run of
-    consecutive stages from it that this process also runs (``("dedupe", "store")`` for a
-    process running dedupe and store)."""
-    chains = {}
-    for i, first in enumerate(stages):
-        if first not in roles:
-            continue
-        run = [first]
-        for later in stages[i + 1 :]:
-            if later not in roles:
-                break
-            run.append(later)
-        chains[first] = tuple(run)
-    return chains
-
-
-async def _step(
-    deps: Deps, stage: str, cands: list[Candidate], merges: Merges | None
-) -> tuple[list[Candidate], Merges | None, int]:
-    """One candidate stage of a fused chain: (what it hands on, the merges still to settle,
-    its output count). Store settles the merges with its own writes, and hands on nothing."""
-    if stage == "redact":
-        out = await redacted(deps, cands)
-        return out, merges, len(out)
-    if stage == "dedupe":
-        out, found = await deduped(deps, cands)
-        return out, found, len(out)
-    return [], None, await stored(deps, cands, merges)
-
-
-def fused(chain: Sequence[str]) -> BatchWork[Any]:
-    """The batch work of ``chain``'s first stage with the later ones of ``chain`` done in
-    memory, in this process: what each would publish to the next is handed on directly, and
-    what the last one makes goes to the stage after it (nothing after store). The runner acks
-    the first stage's messages once that is durable; a failure goes the way of any batch
-    failure, to singles, whose single path publishes to the next stage's subject."""
-    steps = tuple(chain)
-
-    async def work(deps: Deps, values: list[Any]) -> int:
-        if steps[0] == "extract":
-            cands, merges = await extracted(deps, values), None
-            outputs = len(cands)
-        else:  # the runner counts the first stage's batch
-            cands, merges, outputs = await _step(deps, steps[0], values, None)
-        for stage in steps[1:]:
-            cands, merges, made = await _phase(
-                deps, stage, len(cands), _step(deps, stage, cands, merges)
-            )
-            deps.metrics[stage].outputs += made
-        if steps[-1] != "store":
-            if merges is not None:
-                await settle(deps, merges)
-            await _forward(deps, STAGES[STAGES.index(steps[-1]) + 1], cands)
-        return outputs
-
-    return work
-
-
-def batch_stage(chain: Sequence[str]) -> BatchStage[Any]:
-    """The batch stage of ``chain[0]``, fused through the rest of ``chain``."""
-    plain = BATCH_STAGES[chain[0]]
-    if len(chain) == 1:
-        return plain
-    return BatchStage(plain.decode, fused(chain), plain.single)
 
 
 BATCH_STAGES: dict[str, BatchStage[Any]] = {

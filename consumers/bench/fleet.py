@@ -39,7 +39,7 @@ def extras(env: dict[str, str], base: Path, n: int) -> list[WorkerProcess]:
 
 class StatsWatch:
     """What each worker process (by pid) has handled per stage, as last seen: messages acked,
-    plus batches handed on to the stage in memory (a fused chain, consumers/batch_stages.py)."""
+    plus batches handed on to the stage in memory (a fused chain, consumers/chains.py)."""
 
     def __init__(self, nc: Any, namespace: str, every_s: float = 0.5) -> None:
         self.nc, self.every_s = nc, every_s

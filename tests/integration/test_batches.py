@@ -11,8 +11,9 @@ from typing import Any
 import pytest
 from workers import REFUSED, refuse_inserts
 
-from memstream.consumers.batch_stages import BATCH_STAGES, batch_stage
+from memstream.consumers.batch_stages import BATCH_STAGES
 from memstream.consumers.batching import BatchRunner, PullLoops
+from memstream.consumers.chains import batch_stage
 from memstream.consumers.dlq import dead_letters
 from memstream.consumers.stages import _redact_candidate, carried, with_vectors
 from memstream.consumers.topology import topology

@@ -1,12 +1,13 @@
 """Which stages a worker process hands on in memory: the run of consecutive stages it runs
-from each one (consumers/batch_stages.chain_of); and the worker process's GC settings."""
+from each one (consumers/chains.chain_of); and the worker process's GC settings."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
 
-from memstream.consumers.batch_stages import BATCH_STAGES, batch_stage, chain_of
+from memstream.consumers.batch_stages import BATCH_STAGES
+from memstream.consumers.chains import batch_stage, chain_of
 from memstream.schemas.subjects import STAGES
 
 
