@@ -59,7 +59,8 @@ class StageMetrics:
     busy_s: float = 0.0
     batches: int = 0  # handler calls: processed / batches is the mean batch size
     held: int = 0  # retries in place during an outage (no delivery used)
-    # handled in memory within a fused extract batch (no message, so nothing acked)
+    # handed to the stage in memory by the stage before it in a fused chain (consumers/
+    # chains.py): no message, so nothing acked
     fused: int = 0
     # wall time with at least one handler of the stage running (busy_s sums handlers that
     # overlap, so it can exceed the wall clock)

@@ -290,13 +290,20 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+def _per_second(text: str) -> float:
+    value = float(text)
+    if not value >= 0:  # also refuses nan
+        raise argparse.ArgumentTypeError(f"must be 0 or more per second, not {text}")
+    return value
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--turns", type=int, default=5000, help="turns for the throughput run")
     p.add_argument("--paced-turns", type=int, default=2500, help="turns for the latency run")
     p.add_argument("--rate", type=float, default=500.0, help="paced publish rate, turns/s")
     p.add_argument(
         "--recall-rate",
-        type=float,
+        type=_per_second,
         default=0.0,
         help="recall requests per second during the paced run (0: back to back)",
     )
