@@ -173,14 +173,19 @@ async def deduped(deps: Deps, cands: Sequence[Candidate]) -> tuple[list[Candidat
     to store, each carrying its dense vector, and the merges still to ``settle``."""
     keyed = [dedupe.key(c) for c in cands]
     existing = await deps.pg.existing([(k.candidate.owner.tenant, k.memory_id) for k in keyed])
-    unknown = [
-        i for i, k in enumerate(keyed) if (k.candidate.owner.tenant, k.memory_id) not in existing
+    # a redelivered candidate that an earlier try folded into a near-duplicate stays folded,
+    # even if an exact duplicate of it was stored since
+    was_folded = await deps.pg.folded_among([(c.owner.tenant, c.candidate_id) for c in cands])
+    folded = {
+        i: was_folded[p]
+        for i, c in enumerate(cands)
+        if (p := (c.owner.tenant, c.candidate_id)) in was_folded
+    }
+    fresh = [
+        i
+        for i, k in enumerate(keyed)
+        if i not in folded and (k.candidate.owner.tenant, k.memory_id) not in existing
     ]
-    # a redelivered candidate that an earlier try folded into a near-duplicate stays folded
-    pairs = {i: (cands[i].owner.tenant, cands[i].candidate_id) for i in unknown}
-    was_folded = await deps.pg.folded_among(list(pairs.values()))
-    folded = {i: was_folded[p] for i, p in pairs.items() if p in was_folded}
-    fresh = [i for i in unknown if i not in folded]
     neighbours: dict[int, list[tuple[str, float, str]]] = {}
     vectors: list[list[float]] = []
     if fresh:

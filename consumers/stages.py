@@ -255,12 +255,14 @@ async def dedupe_work(deps: Deps, body: bytes, subject: str) -> int:
     if not c.redacted:
         raise PermanentError("candidate reached dedupe without passing redact")
     keyed = dedupe.key(c)
+    # a redelivery folded on an earlier try stays folded, even into a memory other than an
+    # exact duplicate stored since (``pipeline.plan``: a turn is held in one memory)
+    if folded := await deps.pg.folded_into(c.owner.tenant, c.candidate_id):
+        await _merged(deps, c, folded)
+        return 0
     if await deps.pg.exists(c.owner.tenant, keyed.memory_id):
         await deps.pg.upsert(keyed.memory_id, keyed.content_hash, c)  # merge the source event
         await _merged(deps, c, keyed.memory_id)
-        return 0
-    if folded := await deps.pg.folded_into(c.owner.tenant, c.candidate_id):
-        await _merged(deps, c, folded)  # a redelivery: decided on an earlier try
         return 0
     vector = carried(deps, c) or deps.embedder.embed_query(dated(c.content, c.occurred_at))
     flt = VectorFilter(

@@ -66,11 +66,13 @@ def plan(
             out.append(Decision(Action.SKIP, k, k.memory_id))
             continue
         seen.add(c.candidate_id)
-        if (c.owner.tenant, k.memory_id) in existing:
-            out.append(Decision(Action.MERGE, k, k.memory_id))
-            continue
+        # an earlier try's fold stands, even if an exact duplicate was stored since: merging
+        # the candidate into that one too would hold its turn in two memories
         if i in folded:
             out.append(Decision(Action.REFOLD, k, folded[i]))
+            continue
+        if (c.owner.tenant, k.memory_id) in existing:
+            out.append(Decision(Action.MERGE, k, k.memory_id))
             continue
         similar = near_duplicate(c.content, neighbours.get(i, ()), k.memory_id, min_similarity)
         if similar is not None:

@@ -53,6 +53,15 @@ from memstream.schemas.settings import Settings
 from memstream.schemas.subjects import DLQ_REASON_HEADER, DLQ_STAGE_HEADER, Subjects
 
 NAMESPACE = "mem"
+
+DUPLICATED_TURNS = """
+SELECT d.e, d.ids, array(
+    SELECT v.event_key FROM memory_events v WHERE v.memory_id = ANY(d.mids) ORDER BY v.seq
+) AS audit
+FROM (SELECT e, array_agg(m.id::text) AS ids, array_agg(m.id) AS mids
+      FROM memories m, unnest(m.source_event_ids) e
+      WHERE m.type = 'episode' AND m.deleted_at IS NULL
+      GROUP BY e HAVING count(*) > 1 LIMIT 5) d"""
 PLAN = ["worker_kill", "nats_kill", "postgres_kill", "index_offline", "worker_kill"]
 KINDS = ("worker_kill", "nats_kill", "postgres_kill", "index_offline", "extra_kill")
 DRAIN_TARGET_S = 60.0
@@ -238,6 +247,8 @@ async def _ingest(
             raise RuntimeError("PostgreSQL did not answer the final count")
         stored = {r["e"] for r in stored_ids}
         memories = await probe.fetchrow("SELECT count(*) AS n FROM memories")
+        # a duplicated turn, explained: the episodes that hold it and what the audit says
+        twice = await probe.fetch(DUPLICATED_TURNS) or []
         reasons: Counter[str] = Counter(
             f"{(m.headers or {}).get(DLQ_STAGE_HEADER)}: {(m.headers or {}).get(DLQ_REASON_HEADER)}"
             for m in dead
@@ -256,6 +267,10 @@ async def _ingest(
             "lost": len(set(acked) - stored),
             "unexpected": len(stored - set(acked)),
             "duplicated": int(row["refs"] - row["events"]) if row else None,
+            "duplicated_turns": [
+                {"event": r["e"], "memories": list(r["ids"]), "audit": list(r["audit"])}
+                for r in twice
+            ],
             "memories_postgres": int(memories["n"]) if memories else None,
             "memories_live": index["live"],
             "points_index": index["points"],
@@ -398,6 +413,9 @@ def main(args: argparse.Namespace) -> int:
         print(f"  {label:<26}{value!s:>10}   {note}")
     if r["extra_workers"]:
         print("\n".join(fleet.table(r["processes"])))
+    for turn in r["duplicated_turns"]:
+        print(f"  duplicated turn {turn['event']}: episodes {', '.join(turn['memories'])}")
+        print(f"    audit: {'; '.join(turn['audit'])}")
     for name, ok in met.items():
         print(f"  target {name}: {'met' if ok else 'MISSED'}")
     if args.json:

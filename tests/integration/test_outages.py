@@ -21,6 +21,7 @@ from memstream.consumers.run import make_vector_index
 from memstream.consumers.services import Services
 from memstream.consumers.stages import _redact_candidate, dedupe_work, store_work
 from memstream.consumers.topology import topology
+from memstream.pipeline import dedupe
 from memstream.pipeline.extract import extract
 from memstream.pipeline.redact import Redactor
 from memstream.producers.client import MemoryClient
@@ -300,7 +301,8 @@ async def test_a_redelivered_near_duplicate_is_not_stored_twice(
 ) -> None:
     """A candidate folded into a near duplicate and delivered again while the index is away
     (so no near-duplicate check can run) is not stored as a memory of its own, neither by the
-    dedupe stage nor by a store message that an earlier try had sent, on either stage path."""
+    dedupe stage nor by a store message that an earlier try had sent; nor merged into an exact
+    duplicate of its text that another turn stored since; on either stage path."""
     flag = tmp_path / "index-offline"
     settings = Settings(
         nats_url=nats_url,
@@ -336,6 +338,17 @@ async def test_a_redelivered_near_duplicate_is_not_stored_twice(
         flag.unlink()
         assert await _episodes_of(pg, flt, second.event_id, 1)
         assert sum(m.type is MemoryType.EPISODE for m in await pg.list_memories(flt)) == 1
+        # another turn with the same text stored since, as its own memory: the fold stands
+        twin = redacted.model_copy(update={"candidate_id": "twin", "source_event_id": "ev-twin"})
+        keyed = dedupe.key(twin)
+        await pg.upsert(keyed.memory_id, keyed.content_hash, twin)
+        if batched:
+            assert await dedupe_batch(worker.deps, [redacted]) == 0
+        else:
+            assert await dedupe_work(worker.deps, body, subjects.stage("dedupe", "acme")) == 0
+        assert await _episodes_of(pg, flt, second.event_id, 1)
+        (kept,) = [m for m in await pg.list_memories(flt) if "ev-twin" in m.source_event_ids]
+        assert second.event_id not in kept.source_event_ids
     finally:
         await worker.stop()
         await _drop_streams(nats_url, settings)
