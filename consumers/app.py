@@ -177,7 +177,7 @@ class Worker(ReadsServices):
         for stage in (stage for stage in STAGES if stage in roles):
             stream, ccfg = topo.consumers[stage]
             if self.settings.stage.batched:
-                work = batch_stage(chains.get(stage, (stage,)))
+                work = batch_stage(chains.get(stage, (stage,)), self.services.helper is not None)
                 batch_runner = BatchRunner(stage, self.deps, work)
                 batched[stage] = (stream, ccfg.durable_name or "", batch_runner)
                 continue
@@ -194,6 +194,8 @@ class Worker(ReadsServices):
         await self.broker.start()
         self._stats_sub = await opsstats.answer(self, self._nc)
         self._redact_sub = await opsstats.answer_redact(self, self._nc)
+        if batched and self.services.helper is not None:
+            await self.services.helper.start()
         if batched:
             self.broker.pulls = PullLoops(js, batched, self.settings.stage.batch_size)
             await self.broker.pulls.start()
@@ -431,6 +433,8 @@ class Worker(ReadsServices):
         if self._recall_sub is not None and not closed:
             await self._recall_sub.drain()
         await self.broker.stop()
+        if self.services.helper is not None:
+            await self.services.helper.close()
         if self._tasks:
             await asyncio.gather(*self._tasks, return_exceptions=True)
         await self.recall.flush_touches()

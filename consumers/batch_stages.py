@@ -104,16 +104,30 @@ async def _reindex(
         deps.index_behind.set()  # the maintenance loop indexes them once the index answers
 
 
-async def extracted(deps: Deps, events: Sequence[TurnEvent]) -> list[Candidate]:
-    """The turns' candidates (none for a session whose memory is off)."""
+async def memory_on(deps: Deps, events: Sequence[TurnEvent]) -> list[bool]:
+    """Per turn, whether its session keeps memories (a turn of a session whose memory is off
+    is consumed, nothing is stored)."""
     keys = [(e.tenant, owner_key(e.user, e.agent), e.session) for e in events]
     off = await deps.pg.memory_off_among(list(set(keys)))
+    return [k not in off for k in keys]
+
+
+def count_redactions(deps: Deps, cands: Sequence[Candidate]) -> None:
+    metrics = deps.metrics.setdefault("redact", StageMetrics()).redactions
+    for c in cands:
+        for label, n in c.redactions.items():
+            metrics[label] = metrics.get(label, 0) + n
+
+
+async def extracted(deps: Deps, events: Sequence[TurnEvent]) -> list[Candidate]:
+    """The turns' candidates (none for a session whose memory is off)."""
+    on = await memory_on(deps, events)
     out: list[Candidate] = []
     slices = Slices()
-    for event, k in zip(events, keys, strict=True):
+    for event, keep in zip(events, on, strict=True):
         await slices.tick()
-        if k in off:
-            continue  # memory is off for this session: the turn is consumed, nothing is stored
+        if not keep:
+            continue
         size = sum(len(m.content) for m in event.messages)
         candidates = await offload(size, extract, event)
         if deps.llm is not None and candidates:
@@ -130,16 +144,13 @@ async def extract_batch(deps: Deps, events: list[TurnEvent]) -> int:
 
 async def redacted(deps: Deps, cands: Sequence[Candidate]) -> list[Candidate]:
     """The candidates redacted (counted by label), each with the dense vector of its text."""
-    metrics = deps.metrics.setdefault("redact", StageMetrics()).redactions
     out = []
     slices = Slices()
     for c in cands:
         await slices.tick()
         size = len(c.content) + sum(len(str(v)) for v in c.metadata.values())
-        r = await offload(size, _redact_candidate, deps, c)
-        for label, n in r.redactions.items():
-            metrics[label] = metrics.get(label, 0) + n
-        out.append(r)
+        out.append(await offload(size, _redact_candidate, deps, c))
+    count_redactions(deps, out)
     vectored: list[Candidate] = []
     for lo in range(0, len(out), EMBED_SLICE):
         await slices.tick()

@@ -62,6 +62,9 @@ class One:
 
 Decode = Callable[[Deps, bytes, str], T]  # raises PermanentError for a message that cannot pass
 BatchWork = Callable[[Deps, list[T]], Awaitable[int]]  # (deps, decoded batch) -> outputs
+# (deps, decoded batch) -> the rest of the batch's work: what ``begin`` started ahead (in a
+# helper process) runs while the batch before is finished
+Begin = Callable[[Deps, list[T]], Callable[[], Awaitable[int]]]
 
 
 @dataclass(frozen=True)
@@ -69,6 +72,17 @@ class BatchStage(Generic[T]):
     decode: Decode[T]
     work: BatchWork[T]
     single: Work  # the same stage for one message: the fallback
+    begin: Begin[T] | None = None
+
+
+@dataclass
+class Begun:
+    """A pull batch decoded, its work started (``BatchRunner.begin``), to be finished."""
+
+    msgs: list[One]
+    good: list[tuple[One, Any]]
+    singles: list[One]
+    rest: Callable[[], Awaitable[int]] | None
 
 
 class BatchRunner(StageRunner):
@@ -78,26 +92,35 @@ class BatchRunner(StageRunner):
         super().__init__(name, deps, stage.single)
         self.stage = stage
 
-    async def batch(self, raws: Sequence[Any]) -> None:
+    def begin(self, raws: Sequence[Any]) -> Begun:
+        """Decode the batch and start its work (``BatchStage.begin``, else nothing yet)."""
         msgs = [One(r) for r in raws]
+        good: list[tuple[One, Any]] = []
+        singles: list[One] = []
+        for msg in msgs:
+            try:
+                good.append((msg, self.stage.decode(self.deps, msg.body, msg.raw_message.subject)))
+            except PermanentError:
+                singles.append(msg)
+        rest = None
+        if good and self.stage.begin is not None:
+            rest = self.stage.begin(self.deps, [v for _, v in good])
+        return Begun(msgs, good, singles, rest)
+
+    async def batch(self, raws: Sequence[Any]) -> None:
+        await self.finish(self.begin(raws))
+
+    async def finish(self, begun: Begun) -> None:
+        msgs, good, singles = begun.msgs, begun.good, begun.singles
         m = self.metrics
         started = time.perf_counter()
         m.batches += 1
         m.processed += len(msgs)
         m.enter()
         try:
-            good: list[tuple[One, Any]] = []
-            singles: list[One] = []
-            for msg in msgs:
-                try:
-                    good.append(
-                        (msg, self.stage.decode(self.deps, msg.body, msg.raw_message.subject))
-                    )
-                except PermanentError:
-                    singles.append(msg)
             if good:
                 try:
-                    outputs = await self._attempt_batch(good)
+                    outputs = await self._attempt_batch(good, begun.rest)
                 except Exception as exc:  # noqa: BLE001 - any failure of the batch: isolate by singles
                     log.warning(  # the error's type only: a message could quote a value
                         "stage.batch_split",
@@ -119,12 +142,14 @@ class BatchRunner(StageRunner):
             if self.deps.telemetry is not None:
                 self.deps.telemetry.stage_handled(self.name, elapsed, len(msgs))
 
-    async def _attempt_batch(self, good: list[tuple[One, Any]]) -> int:
+    async def _attempt_batch(
+        self, good: list[tuple[One, Any]], rest: Callable[[], Awaitable[int]] | None = None
+    ) -> int:
         """The batch call, held through an outage as ``StageRunner._attempt`` holds one
         message, every message's ack deadline renewed."""
         values = [v for _, v in good]
         return await hold(
-            lambda: self.stage.work(self.deps, values),
+            rest or (lambda: self.stage.work(self.deps, values)),
             self.deps.settings.stage.outage_hold_s,
             lambda: asyncio.gather(*(msg.in_progress() for msg, _ in good)),
             self._held,
@@ -150,6 +175,10 @@ class PullLoops:
 
     async def _loop(self, stage: str, sub: Any, runner: BatchRunner) -> None:
         backoff = Backoff(0.2, 2.0)
+        # a stage that starts its batches ahead (``BatchStage.begin``) fetches and begins the
+        # next batch while this one finishes; batches still finish one at a time, in order
+        ahead = runner.stage.begin is not None
+        finishing: asyncio.Task[None] | None = None
         while not self._stopping:
             try:
                 msgs = await sub.fetch(self.size, timeout=1.0)
@@ -165,11 +194,28 @@ class PullLoops:
                     await asyncio.gather(*(m.nak() for m in msgs))
                 break
             try:
-                await runner.batch(msgs)
-            except Exception:  # noqa: BLE001 - the loop outlives any batch; the messages are redelivered
+                begun = runner.begin(msgs)
+            except Exception:  # noqa: BLE001 - as a failed batch: the messages are redelivered
                 log.exception("stage.batch_error", stage=stage)
+                continue
+            if finishing is not None:
+                await finishing
+                finishing = None
+            if ahead:
+                finishing = asyncio.create_task(self._finish(stage, runner, begun))
+            else:
+                await self._finish(stage, runner, begun)
+        if finishing is not None:
+            await finishing
         with contextlib.suppress(Exception):
             await sub.unsubscribe()
+
+    @staticmethod
+    async def _finish(stage: str, runner: BatchRunner, begun: Begun) -> None:
+        try:
+            await runner.finish(begun)
+        except Exception:  # noqa: BLE001 - the loop outlives any batch; the messages are redelivered
+            log.exception("stage.batch_error", stage=stage)
 
     async def stop(self, grace_s: float = 10.0) -> None:
         """Stop fetching: a fetch under way ends within its 1 s timeout and hands back what it

@@ -5,22 +5,27 @@ hand-off message in between; each stage of the chain is still timed and counted 
 
 from __future__ import annotations
 
+import asyncio
 import time
-from collections.abc import Awaitable, Collection, Sequence
+from collections.abc import Awaitable, Callable, Collection, Sequence
 from typing import Any, TypeVar
 
 from memstream.consumers.batch_stages import (
     BATCH_STAGES,
     Merges,
+    count_redactions,
     deduped,
     extracted,
+    memory_on,
     publish_to_stage,
     redacted,
     settle,
     stored,
 )
-from memstream.consumers.batching import BatchStage, BatchWork
+from memstream.consumers.batching import BatchStage, BatchWork, Begin
+from memstream.consumers.helper import retrieved
 from memstream.consumers.stages import Deps, StageMetrics
+from memstream.schemas.events import TurnEvent
 from memstream.schemas.memory import Candidate
 from memstream.schemas.subjects import STAGES
 
@@ -78,6 +83,22 @@ async def _step(
     return [], None, await stored(deps, cands, merges)
 
 
+async def _later(
+    deps: Deps, steps: Sequence[str], done: int, cands: list[Candidate], merges: Merges | None
+) -> None:
+    """The stages of ``steps`` after the first ``done``, in memory; then what the last one
+    made goes to the stage after it (nothing after store)."""
+    for stage in steps[done:]:
+        cands, merges, made = await _phase(
+            deps, stage, len(cands), _step(deps, stage, cands, merges)
+        )
+        deps.metrics[stage].outputs += made
+    if steps[-1] != "store":
+        if merges is not None:
+            await settle(deps, merges)
+        await publish_to_stage(deps, STAGES[STAGES.index(steps[-1]) + 1], cands)
+
+
 def fused(chain: Sequence[str]) -> BatchWork[Any]:
     """The batch work of ``chain``'s first stage with the later ones of ``chain`` done in
     memory, in this process: what each would publish to the next is handed on directly, and
@@ -92,23 +113,57 @@ def fused(chain: Sequence[str]) -> BatchWork[Any]:
             outputs = len(cands)
         else:  # the runner counts the first stage's batch
             cands, merges, outputs = await _step(deps, steps[0], values, None)
-        for stage in steps[1:]:
-            cands, merges, made = await _phase(
-                deps, stage, len(cands), _step(deps, stage, cands, merges)
-            )
-            deps.metrics[stage].outputs += made
-        if steps[-1] != "store":
-            if merges is not None:
-                await settle(deps, merges)
-            await publish_to_stage(deps, STAGES[STAGES.index(steps[-1]) + 1], cands)
+        await _later(deps, steps, 1, cands, merges)
         return outputs
 
     return work
 
 
-def batch_stage(chain: Sequence[str]) -> BatchStage[Any]:
-    """The batch stage of ``chain[0]``, fused through the rest of ``chain``."""
+def _helped(chain: Sequence[str]) -> Begin[TurnEvent]:
+    """``BatchStage.begin`` of a chain that starts with extract and redact: the batch's turns
+    go to the helper process at once (``consumers/helper.py``); the rest of the work takes
+    its candidates from there, then runs the later stages here. Without a helper (or with
+    the LLM extractor, which calls out from this process), the plain fused work."""
+    steps = tuple(chain)
+    plain = fused(chain)
+
+    def begin(deps: Deps, events: list[TurnEvent]) -> Callable[[], Awaitable[int]]:
+        helper = deps.services.helper
+        if helper is None or deps.llm is not None:
+            return lambda: plain(deps, events)
+        ahead = asyncio.ensure_future(helper.prepare(events))
+        ahead.add_done_callback(retrieved)
+
+        async def rest() -> int:
+            on = await memory_on(deps, events)
+            prepared = await ahead
+            cands = [
+                c for keep, cs in zip(on, prepared.candidates, strict=True) if keep for c in cs
+            ]
+            # redact's step ran in the helper: counted as the stage's, with the helper's time
+            m = deps.metrics.setdefault("redact", StageMetrics())
+            m.batches += 1
+            m.processed += len(cands)
+            m.fused += len(cands)
+            m.outputs += len(cands)
+            m.busy_s += prepared.redact_s
+            m.active_s += prepared.redact_s
+            if deps.telemetry is not None:
+                deps.telemetry.stage_handled("redact", prepared.redact_s, len(cands))
+            count_redactions(deps, cands)
+            await _later(deps, steps, 2, cands, None)
+            return len(cands)
+
+        return rest
+
+    return begin
+
+
+def batch_stage(chain: Sequence[str], helped: bool = False) -> BatchStage[Any]:
+    """The batch stage of ``chain[0]``, fused through the rest of ``chain``; ``helped``: its
+    extraction and redaction started ahead, in the helper process."""
     plain = BATCH_STAGES[chain[0]]
     if len(chain) == 1:
         return plain
-    return BatchStage(plain.decode, fused(chain), plain.single)
+    begin = _helped(chain) if helped and tuple(chain[:2]) == ("extract", "redact") else None
+    return BatchStage(plain.decode, fused(chain), plain.single, begin)

@@ -15,7 +15,10 @@ import os
 import secrets
 from pathlib import Path
 
-from memstream.schemas.errors import ConfigurationError
+from pydantic import ValidationError
+
+from memstream.pipeline.redact import RedactionPolicy, Redactor, TenantRedactors
+from memstream.schemas.errors import ConfigurationError, describe
 from memstream.schemas.settings import Settings
 
 DEV_KEY_FILE = "redaction.key"
@@ -83,3 +86,27 @@ def redaction_key(settings: Settings, *, dev: bool) -> bytes:
         "For development only, pass --dev-redaction-key to use a random key kept in the "
         "state directory."
     )
+
+
+def make_redactor(s: Settings, key: bytes) -> TenantRedactors:
+    """The redaction ``key`` and the tenants' policies (MEMSTREAM_REDACTION_POLICIES); an invalid
+    policy stops the start with the tenant and the field, never the values."""
+    policies: dict[str, RedactionPolicy] = {}
+    for tenant, fields in s.redaction_policies.items():
+        try:
+            policies[tenant] = RedactionPolicy.model_validate(fields)
+        except ValidationError as exc:
+            where = describe(exc)
+            raise ConfigurationError(
+                f"MEMSTREAM_REDACTION_POLICIES: tenant {tenant!r}: {where}"
+            ) from None
+    by_tenant: dict[str, Redactor] = {}
+    for tenant, policy in policies.items():
+        try:
+            by_tenant[tenant] = Redactor(key, policy)
+        except Exception as exc:  # noqa: BLE001 - re2.error or ValueError: named, never echoed
+            raise ConfigurationError(
+                f"MEMSTREAM_REDACTION_POLICIES: tenant {tenant!r}: a deny pattern does not "
+                f"compile ({type(exc).__name__})"
+            ) from None
+    return TenantRedactors(Redactor(key), by_tenant)

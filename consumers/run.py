@@ -13,19 +13,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
 
-from pydantic import ValidationError
-
-from memstream.consumers import creds, roles
+from memstream.consumers import creds, helper, roles
 from memstream.consumers.app import Worker
 from memstream.consumers.cpulatency import CpuLatencyHold, hold_cpu_latency
 from memstream.consumers.embedded import EmbeddedNats, EmbeddedPostgres
 from memstream.consumers.logs import configure, log
 from memstream.consumers.memlock import lock_memory
-from memstream.consumers.redaction_key import redaction_key
+from memstream.consumers.redaction_key import make_redactor, redaction_key
 from memstream.consumers.services import Services
-from memstream.pipeline.redact import RedactionPolicy, Redactor, Redacts, TenantRedactors
+from memstream.pipeline.redact import Redacts
 from memstream.producers.connection import display_url
-from memstream.schemas.errors import ConfigurationError, StorageUnavailable, describe
+from memstream.schemas.errors import ConfigurationError, StorageUnavailable
 from memstream.schemas.settings import ROLES, Settings
 from memstream.schemas.stack import remove_stack, write_stack
 from memstream.storage.embedding import make_embedder
@@ -107,30 +105,6 @@ class Stack:
             await asyncio.to_thread(e.stop)
 
 
-def make_redactor(s: Settings, key: bytes) -> TenantRedactors:
-    """The redaction ``key`` and the tenants' policies (MEMSTREAM_REDACTION_POLICIES); an invalid
-    policy stops the start with the tenant and the field, never the values."""
-    policies: dict[str, RedactionPolicy] = {}
-    for tenant, fields in s.redaction_policies.items():
-        try:
-            policies[tenant] = RedactionPolicy.model_validate(fields)
-        except ValidationError as exc:
-            where = describe(exc)
-            raise ConfigurationError(
-                f"MEMSTREAM_REDACTION_POLICIES: tenant {tenant!r}: {where}"
-            ) from None
-    by_tenant: dict[str, Redactor] = {}
-    for tenant, policy in policies.items():
-        try:
-            by_tenant[tenant] = Redactor(key, policy)
-        except Exception as exc:  # noqa: BLE001 - re2.error or ValueError: named, never echoed
-            raise ConfigurationError(
-                f"MEMSTREAM_REDACTION_POLICIES: tenant {tenant!r}: a deny pattern does not "
-                f"compile ({type(exc).__name__})"
-            ) from None
-    return TenantRedactors(Redactor(key), by_tenant)
-
-
 def bus_authority(settings: Settings) -> tuple[Path, Path]:
     """The embedded bus's authority (created once under the state directory) and a worker
     credential for this namespace: the server configuration and the worker's .creds file."""
@@ -204,6 +178,8 @@ async def serve(settings: Settings, announce: bool, dev_key: bool = False) -> in
         stack = await Stack.open(settings, dim=embedder.dim)
         worker = make_worker(stack, embedder, redactor)
         worker.dev_redaction_key = settings.redaction_key is None
+        if helper.wanted(settings):
+            worker.services.helper = helper.Helper(settings, key)
         if roles.holds_index(settings.stages):  # a Qdrant Edge shard opens (and locks) here
             await ensure_index(worker)
         await worker.start()

@@ -11,11 +11,15 @@ made when the worker starts and stays in ``Deps``: it cannot exist before the co
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from memstream.pipeline.redact import Redacts
 from memstream.schemas.settings import Settings
 from memstream.storage.pgports import Clock, Store
 from memstream.storage.ports import Embedder, VectorIndex
+
+if TYPE_CHECKING:
+    from memstream.consumers.helper import Helper
 
 
 @dataclass
@@ -25,6 +29,8 @@ class Services:
     vectors: VectorIndex
     embedder: Embedder
     redactor: Redacts
+    # the process that extracts and redacts batches of turns (consumers/helper.py); None: here
+    helper: Helper | None = None
 
     @property
     def clock(self) -> Clock:

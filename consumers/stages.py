@@ -23,6 +23,7 @@ from memstream.consumers.services import ReadsServices, Services
 from memstream.pipeline import dedupe, lifecycle, llm_extract
 from memstream.pipeline.extract import extract
 from memstream.pipeline.lexical import dated
+from memstream.pipeline.redact import Redacts
 from memstream.schemas.errors import InvalidMessage, PermanentError, TransientError, describe
 from memstream.schemas.events import TurnEvent
 from memstream.schemas.memory import SHARED_SCOPES, Candidate, MemoryEvent, Owner
@@ -32,7 +33,7 @@ from memstream.schemas.subjects import (
     msg_id,
 )
 from memstream.storage.pgports import StageStore
-from memstream.storage.ports import VectorFilter
+from memstream.storage.ports import Embedder, VectorFilter
 from memstream.storage.postgres import OwnerFilter
 
 M = TypeVar("M", bound=BaseModel)
@@ -175,14 +176,20 @@ async def extract_work(deps: Deps, body: bytes, subject: str) -> int:
 
 
 def _redact_candidate(deps: Deps, c: Candidate) -> Candidate:
+    return redact_candidate(deps.redactor, c)
+
+
+def redact_candidate(redactor: Redacts, c: Candidate) -> Candidate:
+    """The candidate with its content and every string of its metadata redacted, the counts
+    by label in ``redactions``."""
     tenant = c.owner.tenant
-    out = deps.redactor.redact(c.content, tenant=tenant)
+    out = redactor.redact(c.content, tenant=tenant)
     counts = dict(out.counts)
 
     def scrub(v: Any) -> Any:
         # metadata may be structured (seed 004's task_context): every string inside is redacted
         if isinstance(v, str):
-            r = deps.redactor.redact(v, tenant=tenant)
+            r = redactor.redact(v, tenant=tenant)
             for label, n in r.counts.items():
                 counts[label] = counts.get(label, 0) + n
             return r.text
@@ -199,10 +206,14 @@ def _redact_candidate(deps: Deps, c: Candidate) -> Candidate:
 
 
 def with_vectors(deps: Deps, cands: Sequence[Candidate]) -> list[Candidate]:
+    return embedded(deps.embedder, cands)
+
+
+def embedded(embedder: Embedder, cands: Sequence[Candidate]) -> list[Candidate]:
     """The candidates, each carrying the dense vector of its dated, redacted content: one
     embedding call, made in the redact stage because that stage can run in many processes,
     while dedupe and store run where the vector index is (docs/ingest.md)."""
-    vectors = deps.embedder.embed([dated(c.content, c.occurred_at) for c in cands])
+    vectors = embedder.embed([dated(c.content, c.occurred_at) for c in cands])
     return [c.model_copy(update={"vector": v}) for c, v in zip(cands, vectors, strict=True)]
 
 

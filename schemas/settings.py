@@ -30,6 +30,11 @@ class StageSettings(BaseModel):
     # to its stored memories. The subjects still carry what other processes publish to them.
     # Batched only.
     fused: bool = True
+    # A fused batch of turns is extracted, redacted and embedded in a helper process while the
+    # batch before it is deduplicated and stored (consumers/helper.py; docs/ingest.md): one more
+    # core for ingest. `memstream worker` and `memstream dev`, rules extractor only, two or
+    # more CPUs.
+    helper: bool = True
     # ~13 minutes of an outage ride through retries before a message is dead-lettered
     retry_delays_s: list[float] = Field(default_factory=lambda: [1.0, 5.0, 30.0, 120.0, 300.0])
     # An outage (a server away, consumers/outage.py) holds the message and retries it every

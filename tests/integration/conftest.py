@@ -14,6 +14,7 @@ import pytest
 
 from memstream.consumers.app import Worker
 from memstream.consumers.embedded import free_port
+from memstream.consumers.helper import Helper
 from memstream.consumers.run import make_vector_index
 from memstream.consumers.services import Services
 from memstream.consumers.topology import drained
@@ -94,6 +95,13 @@ def stage_fused() -> bool:
 
 
 @pytest.fixture
+def stage_helper() -> bool:
+    """Whether the worker extracts and redacts its fused batches in a helper process (as
+    `memstream worker` does on two or more CPUs; a module overrides it)."""
+    return False
+
+
+@pytest.fixture
 async def running(
     nats_url: str,
     pg: PgStore,
@@ -102,6 +110,7 @@ async def running(
     embedder,
     stage_batched: bool,
     stage_fused: bool,
+    stage_helper: bool,
 ) -> AsyncIterator[Running]:
     settings = Settings(
         nats_url=nats_url,
@@ -117,7 +126,9 @@ async def running(
     )
     vectors = make_vector_index(settings)
     await vectors.ensure(embedder.dim)
-    worker = Worker(Services(settings, pg, vectors, embedder, Redactor(key=b"test-key")), nats_url)
+    helper = Helper(settings, b"test-key") if stage_helper else None
+    services = Services(settings, pg, vectors, embedder, Redactor(key=b"test-key"), helper)
+    worker = Worker(services, nats_url)
     await worker.start()
     yield Running(settings, worker, pg, nats_url)
     await worker.stop()

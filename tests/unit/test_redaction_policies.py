@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from memstream.consumers.run import make_redactor
+from memstream.consumers.redaction_key import make_redactor
 from memstream.pipeline.redact import Redactor
 from memstream.schemas.errors import ConfigurationError
 from memstream.schemas.settings import Settings

@@ -1,0 +1,158 @@
+"""The helper process (consumers/helper.py) on a real worker: turns extracted, redacted and
+embedded there are stored and recallable as on the in-process path; a helper killed in the
+middle of ingest costs no turn and is replaced; a batch that fails with a helper goes on
+over the stage subjects, the poison memory dead-lettered alone."""
+
+from __future__ import annotations
+
+import asyncio
+import multiprocessing
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from test_batches import TOKENS, distinct_note
+from workers import REFUSED, refuse_inserts
+
+from memstream.consumers.batching import BatchRunner, PullLoops
+from memstream.consumers.chains import batch_stage
+from memstream.consumers.dlq import dead_letters
+from memstream.schemas.memory import MemoryType
+from memstream.schemas.subjects import DLQ_REASON_HEADER, STAGES
+from memstream.storage.postgres import OwnerFilter
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def stage_helper() -> bool:
+    return True
+
+
+async def _episodes(running: Any) -> list[Any]:
+    flt = OwnerFilter(tenant="acme", user="bo")
+    return [m for m in await running.pg.list_memories(flt) if m.type is MemoryType.EPISODE]
+
+
+async def test_turns_prepared_by_the_helper_are_stored_redacted_and_recallable(running) -> None:
+    """Thirteen turns through a worker with a helper: every episode stored, recallable, the
+    email redacted and counted in the redact stage's metrics, the stages fused."""
+    helper = running.worker.services.helper
+    assert helper is not None and multiprocessing.active_children()  # started with the worker
+    async with running.client("acme", user="bo") as mem:
+        for i in range(12):
+            await mem.publish_turn([("user", distinct_note(i))], session="s1")
+        await mem.publish_turn([("user", "my email is bo@example.com")], session="s1")
+        await running.wait_for(running.drained, 30, "ingestion")
+        assert len(await _episodes(running)) == 13
+        hits = await mem.recall(TOKENS[3], top_k=3)
+        assert any(TOKENS[3] in h.text for h in hits.hits)
+    assert helper.prepared >= 1
+    texts = [m.content for m in await running.pg.list_memories(OwnerFilter(tenant="acme"))]
+    assert not any("bo@example.com" in t for t in texts)
+    metrics = running.worker.deps.metrics
+    assert metrics["redact"].redactions.get("EMAIL", 0) >= 1
+    assert metrics["redact"].fused >= 13 and metrics["store"].fused >= 13
+
+
+async def test_a_helper_killed_during_ingest_loses_no_turn_and_is_replaced(running) -> None:
+    """The helper process killed (SIGKILL) after the sixth of forty turns: the batch it held
+    goes to singles in the worker, a new helper takes the next ones, and each turn is stored
+    exactly once."""
+    helper = running.worker.services.helper
+    assert helper is not None
+    (child,) = multiprocessing.active_children()
+    async with running.client("acme", user="bo") as mem:
+        for i in range(40):
+            await mem.publish_turn([("user", distinct_note(i))], session="s1", event_id=f"t{i}")
+            if i == 5:
+                os.kill(child.pid or 0, signal.SIGKILL)
+                await asyncio.sleep(0.2)
+        await running.wait_for(running.drained, 60, "ingestion")
+    episodes = await _episodes(running)
+    sources = [e for m in episodes for e in m.source_event_ids]
+    assert sorted(sources) == sorted(f"t{i}" for i in range(40))  # each turn once
+    assert helper.restarts == 1
+    assert [p.pid for p in multiprocessing.active_children()] != [child.pid]
+    assert helper.prepared >= 1  # the new helper took the later batches
+
+
+async def test_a_failing_helped_batch_goes_on_over_the_stage_subjects(running) -> None:
+    """As for a fused batch without a helper (test_batches.py): five turns prepared by the
+    helper, the memory of the second refused by Postgres at store: the batch goes to singles,
+    the four good turns are stored, the refused memory is dead-lettered alone."""
+    await refuse_inserts(running.pg)
+    worker = running.worker
+    loops = worker.broker.pulls
+    await loops.stop()
+    s, js = worker.deps.subjects, worker.deps.js
+    texts = ["tea at noon", f"{REFUSED} here", "the deploy is on Friday", "blue vase", "cello"]
+    async with running.client("acme", user="bo") as mem:
+        for i, text in enumerate(texts):
+            await mem.publish_turn([("user", text)], session="s1", event_id=f"t{i}")
+    sub = await js.pull_subscribe_bind(durable=s.durable("extract"), stream=s.stream("turns"))
+    msgs: list[Any] = []
+    while len(msgs) < 5:
+        msgs += await sub.fetch(5 - len(msgs), timeout=5)
+    runner = BatchRunner("extract", worker.deps, batch_stage(STAGES, helped=True))
+    prepared = worker.services.helper.prepared
+    await runner.batch(msgs)
+    assert worker.services.helper.prepared == prepared + 1  # the helper did prepare it
+    assert (runner.metrics.acked, runner.metrics.dead_lettered) == (5, 0)
+    restarted = PullLoops(js, loops.runners, running.settings.stage.batch_size)
+    await restarted.start()
+    try:
+        await running.wait_for(running.drained, 30, "the stages")
+    finally:
+        await restarted.stop()
+    dead = await dead_letters(js, s, "store", 5)
+    assert len(dead) == 1 and "SQLSTATE 22023" in dead[0].headers[DLQ_REASON_HEADER]
+    stored = {e for m in await _episodes(running) for e in m.source_event_ids}
+    assert stored == {"t0", "t2", "t3", "t4"}
+
+
+_OWNER = """
+import asyncio, multiprocessing, sys, time
+from memstream.consumers.helper import Helper
+from memstream.schemas.settings import Settings
+
+async def main():
+    helper = Helper(Settings(), b"k" * 32)
+    await helper.start()
+    (child,) = multiprocessing.active_children()
+    print(child.pid, flush=True)
+    await asyncio.sleep(600)
+
+asyncio.run(main())
+"""
+
+
+def _alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return False
+    return stat[stat.rfind(")") + 2] != "Z"  # a zombie has exited
+
+
+def test_a_helper_leaves_when_its_worker_is_killed_outright() -> None:
+    """A process holding a started helper is killed with SIGKILL (it cannot stop the helper):
+    the helper process exits by itself within seconds, instead of living on as an orphan."""
+    owner = subprocess.Popen([sys.executable, "-c", _OWNER], stdout=subprocess.PIPE, text=True)
+    try:
+        assert owner.stdout is not None
+        child = int(owner.stdout.readline())
+        assert _alive(child)
+        owner.kill()
+        owner.wait(timeout=10)
+        deadline = time.monotonic() + 10
+        while _alive(child) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not _alive(child)
+    finally:
+        owner.kill()

@@ -1,0 +1,90 @@
+"""What the helper process computes (consumers/helper.py, ``prepare``) is what the in-process
+stages compute for the same turns, and which workers get a helper."""
+
+from __future__ import annotations
+
+import pickle
+
+import pytest
+
+from memstream.consumers import helper
+from memstream.consumers.helper import prepare
+from memstream.consumers.redaction_key import make_redactor
+from memstream.consumers.stages import embedded, redact_candidate
+from memstream.pipeline.extract import extract
+from memstream.schemas.events import Message, Role, TurnEvent
+from memstream.schemas.settings import Settings, StageSettings
+from memstream.storage.embedding import make_embedder
+
+
+def turns() -> list[TurnEvent]:
+    return [
+        TurnEvent(
+            tenant="acme",
+            user="bo",
+            session="s1",
+            messages=[
+                Message(role=Role.USER, content="I prefer tea. My email is bo@example.com."),
+                Message(role=Role.ASSISTANT, content="Noted, tea it is."),
+            ],
+        ),
+        TurnEvent(
+            tenant="acme", user="bo", session="s1", messages=[Message(role=Role.USER, content="ok")]
+        ),
+        TurnEvent(
+            tenant="beta",
+            agent="a1",
+            session="s2",
+            messages=[
+                Message(
+                    role=Role.USER, content="We decided to ship on Friday, call +1 202-555-0143."
+                )
+            ],
+        ),
+    ]
+
+
+def test_prepare_matches_the_in_process_stages() -> None:
+    """Three turns: the helper's candidates are, turn by turn, those extract, redact and the
+    embedding make in process (redacted, each with its vector), and survive pickling."""
+    redactor, embedder = make_redactor(Settings(), b"k" * 32), make_embedder(None, None)
+    events = turns()
+    done = prepare(events, redactor, embedder)
+    expected = [
+        embedded(embedder, [redact_candidate(redactor, c) for c in extract(e)]) for e in events
+    ]
+    assert done.candidates == expected
+    flat = [c for cs in done.candidates for c in cs]
+    assert all(c.redacted and c.vector is not None for c in flat)
+    assert not any("bo@example.com" in c.content or "555-0143" in c.content for c in flat)
+    assert done.extract_s > 0 and done.redact_s > 0
+    # what crosses the process boundary comes back whole
+    assert pickle.loads(pickle.dumps(done)).candidates == done.candidates
+
+
+@pytest.mark.parametrize(
+    ("changes", "cpus", "wanted"),
+    [
+        ({}, 2, True),
+        ({}, 1, False),
+        ({"stage": StageSettings(helper=False)}, 2, False),
+        ({"stage": StageSettings(fused=False)}, 2, False),
+        ({"stage": StageSettings(batched=False)}, 2, False),
+        ({"stages": ("dedupe", "store", "recall")}, 2, False),
+        ({"stages": ("extract", "redact")}, 2, True),
+    ],
+)
+def test_which_workers_get_a_helper(monkeypatch, changes, cpus, wanted) -> None:
+    """A helper for a batched, fused worker running extract and redact on two or more CPUs;
+    none with one CPU, with the helper, batches or fusing off, or for the index owner alone."""
+    monkeypatch.setattr("os.cpu_count", lambda: cpus)
+    assert helper.wanted(Settings(**changes)) is wanted
+
+
+def test_the_llm_extractor_keeps_extraction_in_the_worker(monkeypatch) -> None:
+    """With the LLM extractor (it calls out from the worker) there is no helper."""
+    monkeypatch.setattr("os.cpu_count", lambda: 2)
+    settings = Settings.model_validate(
+        {"extractor": "rules+llm", "llm": {"base_url": "http://127.0.0.1:9/v1", "model": "m"}}
+    )
+    assert not helper.wanted(settings)
