@@ -8,6 +8,7 @@ A process hands a batch on in memory through the consecutive stages it runs
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
@@ -183,10 +184,13 @@ async def deduped(deps: Deps, cands: Sequence[Candidate]) -> tuple[list[Candidat
     """Exact and near duplicates merged into their memories in Postgres; the candidates left
     to store, each carrying its dense vector, and the merges still to ``settle``."""
     keyed = [dedupe.key(c) for c in cands]
-    existing = await deps.pg.existing([(k.candidate.owner.tenant, k.memory_id) for k in keyed])
     # a redelivered candidate that an earlier try folded into a near-duplicate stays folded,
-    # even if an exact duplicate of it was stored since
-    was_folded = await deps.pg.folded_among([(c.owner.tenant, c.candidate_id) for c in cands])
+    # even if an exact duplicate of it was stored since (both reads at once: the stage waits
+    # for one round trip, not two)
+    existing, was_folded = await asyncio.gather(
+        deps.pg.existing([(k.candidate.owner.tenant, k.memory_id) for k in keyed]),
+        deps.pg.folded_among([(c.owner.tenant, c.candidate_id) for c in cands]),
+    )
     folded = {
         i: was_folded[p]
         for i, c in enumerate(cands)

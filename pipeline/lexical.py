@@ -73,6 +73,13 @@ def terms(text: str) -> list[str]:
     return [_stem(w) for w in _WORD.findall(text.lower()) if w not in STOPWORDS]
 
 
+@lru_cache(maxsize=4096)
+def _context_terms(text: str) -> tuple[str, ...]:
+    """``terms`` of an earlier turn: each episode is the context of the next two of its
+    session, so the same few texts come back while a batch is indexed."""
+    return tuple(terms(text))
+
+
 @lru_cache(maxsize=65536)
 def term_id(stem: str) -> int:
     """A stable non-negative 31-bit id for a stem."""
@@ -86,7 +93,7 @@ def document_vector(
     tf: dict[str, float] = dict(Counter(terms(text)))
     length = float(sum(tf.values()))
     for ctx in context[-params.context_turns :] if params.context_turns else ():
-        ctx_terms = terms(ctx)
+        ctx_terms = _context_terms(ctx)
         length += params.context_weight * len(ctx_terms)
         for t in ctx_terms:
             tf[t] = tf.get(t, 0.0) + params.context_weight
