@@ -28,6 +28,7 @@ from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from memstream.consumers.logs import log
@@ -168,8 +169,21 @@ def wanted(settings: Settings) -> bool:
         and stage.fused
         and settings.extractor == "rules"
         and {"extract", "redact"} <= set(settings.stages)
-        and (os.cpu_count() or 1) >= 2
+        and usable_cpus() >= 2
     )
+
+
+def usable_cpus() -> int:
+    """CPUs this process may run on: its affinity, and a cgroup's CPU quota (a container
+    limited to one CPU sees every CPU of its host in ``os.cpu_count``)."""
+    n = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    try:
+        quota, period = Path("/sys/fs/cgroup/cpu.max").read_text().split()
+        if quota != "max":
+            n = min(n, max(1, int(quota) // int(period)))
+    except (OSError, ValueError):
+        pass  # no cgroup v2 limit to read: the affinity stands
+    return n
 
 
 def retrieved(task: asyncio.Task[Any]) -> None:

@@ -119,6 +119,18 @@ class _WorkerCounters(Collector):
         recall.add_metric(["ok"], self.worker.recall.served)
         recall.add_metric(["error"], self.worker.recall.failed)
         yield recall
+        helper = self.worker.services.helper
+        if helper is not None:
+            yield CounterMetricFamily(
+                "memstream_helper_batches",
+                "batches of turns the helper process extracted and redacted",
+                value=helper.prepared,
+            )
+            yield CounterMetricFamily(
+                "memstream_helper_restarts",
+                "helper processes found gone (killed, out of memory) and replaced",
+                value=helper.restarts,
+            )
         if deps.cache is not None:
             cache = CounterMetricFamily(
                 "memstream_recall_cache_lookups",

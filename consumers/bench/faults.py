@@ -9,7 +9,8 @@ SIGKILLed (every process) and started again, the vector index made unavailable (
 offline switch, ``fault_vector_offline_file``) and brought back, the worker SIGKILLed again.
 With ``--extra-workers N``, N ``memstream worker --stages extract,redact`` processes share
 those stages with the worker (which owns the Qdrant Edge shard), and ``extra_kill`` SIGKILLs
-the first of them and starts it again.
+the first of them and starts it again. ``helper_kill`` SIGKILLs the worker's helper process
+(consumers/helper.py), which the worker replaces by itself.
 
 The publisher keeps at most ``--ahead`` turns beyond what is stored, so publishing lasts the
 whole ingest and meets the NATS outage too; a publish that fails is retried with the same
@@ -63,7 +64,14 @@ FROM (SELECT e, array_agg(m.id::text) AS ids, array_agg(m.id) AS mids
       WHERE m.type = 'episode' AND m.deleted_at IS NULL
       GROUP BY e HAVING count(*) > 1 LIMIT 5) d"""
 PLAN = ["worker_kill", "nats_kill", "postgres_kill", "index_offline", "worker_kill"]
-KINDS = ("worker_kill", "nats_kill", "postgres_kill", "index_offline", "extra_kill")
+KINDS = (
+    "worker_kill",
+    "nats_kill",
+    "postgres_kill",
+    "index_offline",
+    "extra_kill",
+    "helper_kill",
+)
 DRAIN_TARGET_S = 60.0
 
 

@@ -5,6 +5,7 @@ the faults themselves (``Services.inject``)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import secrets
 import signal
@@ -81,6 +82,32 @@ class WorkerProcess:
         if self.proc is not None:
             self.proc.wait()
 
+    def helper_pids(self) -> list[int]:
+        """The worker's helper processes (consumers/helper.py): its children started by
+        multiprocessing's spawn."""
+        if self.proc is None or self.proc.poll() is not None:
+            return []
+        found = []
+        for task in Path(f"/proc/{self.proc.pid}/task").iterdir():
+            with contextlib.suppress(OSError):
+                for pid in (task / "children").read_text().split():
+                    cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+                    if b"multiprocessing.spawn" in cmdline:
+                        found.append(int(pid))
+        return found
+
+    def kill_helper(self) -> None:
+        """SIGKILL the worker's helper process; the worker goes on and starts another."""
+        pids = self.helper_pids()
+        if not pids:
+            raise ConfigurationError(
+                "the worker has no helper process to kill (MEMSTREAM_STAGE__HELPER is off, or "
+                "the machine has one CPU)"
+            )
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+
     def stop(self, timeout_s: float = 60.0) -> int | None:
         """SIGTERM and wait (SIGKILL after ``timeout_s``); the exit code."""
         if self.proc is None:
@@ -117,6 +144,8 @@ class Services:
         elif fault == "extra_kill":  # the first extra process: the others keep working
             await asyncio.to_thread(self.extras[0].kill)
             await asyncio.to_thread(self.extras[0].start)
+        elif fault == "helper_kill":  # the worker's helper process only
+            await asyncio.to_thread(self.worker.kill_helper)
         elif fault == "nats_kill":
             await asyncio.to_thread(self.nats.halt)
             await asyncio.sleep(self.outage_s)

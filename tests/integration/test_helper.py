@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from prometheus_client import generate_latest
 from test_batches import TOKENS, distinct_note
 from workers import REFUSED, refuse_inserts
 
@@ -58,6 +59,9 @@ async def test_turns_prepared_by_the_helper_are_stored_redacted_and_recallable(r
     metrics = running.worker.deps.metrics
     assert metrics["redact"].redactions.get("EMAIL", 0) >= 1
     assert metrics["redact"].fused >= 13 and metrics["store"].fused >= 13
+    body = generate_latest(running.worker.telemetry.registry).decode()
+    assert f"memstream_helper_batches_total {float(helper.prepared)}" in body
+    assert "memstream_helper_restarts_total 0.0" in body
 
 
 async def test_a_helper_killed_during_ingest_loses_no_turn_and_is_replaced(running) -> None:
@@ -78,6 +82,8 @@ async def test_a_helper_killed_during_ingest_loses_no_turn_and_is_replaced(runni
     sources = [e for m in episodes for e in m.source_event_ids]
     assert sorted(sources) == sorted(f"t{i}" for i in range(40))  # each turn once
     assert helper.restarts == 1
+    body = generate_latest(running.worker.telemetry.registry).decode()
+    assert "memstream_helper_restarts_total 1.0" in body
     assert [p.pid for p in multiprocessing.active_children()] != [child.pid]
     assert helper.prepared >= 1  # the new helper took the later batches
 

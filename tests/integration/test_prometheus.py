@@ -164,6 +164,13 @@ def prometheus_for(prometheus_binary: str, tmp_path: Path) -> Iterator[Any]:
 
 
 @pytest.fixture
+def stage_helper() -> bool:
+    """The worker runs its helper process, as `memstream worker` does on two or more CPUs:
+    the helper's series are scraped too."""
+    return True
+
+
+@pytest.fixture
 async def scraped(running, prometheus_for) -> AsyncIterator[tuple[Any, Prometheus]]:
     """A worker behind its ops port, scraped by Prometheus (first scrape done)."""
     ops = await serve_http(running.worker, "127.0.0.1", 0)

@@ -77,14 +77,22 @@ def test_prepare_matches_the_in_process_stages() -> None:
 def test_which_workers_get_a_helper(monkeypatch, changes, cpus, wanted) -> None:
     """A helper for a batched, fused worker running extract and redact on two or more CPUs;
     none with one CPU, with the helper, batches or fusing off, or for the index owner alone."""
-    monkeypatch.setattr("os.cpu_count", lambda: cpus)
+    monkeypatch.setattr(helper, "usable_cpus", lambda: cpus)
     assert helper.wanted(Settings(**changes)) is wanted
 
 
 def test_the_llm_extractor_keeps_extraction_in_the_worker(monkeypatch) -> None:
     """With the LLM extractor (it calls out from the worker) there is no helper."""
-    monkeypatch.setattr("os.cpu_count", lambda: 2)
+    monkeypatch.setattr(helper, "usable_cpus", lambda: 2)
     settings = Settings.model_validate(
         {"extractor": "rules+llm", "llm": {"base_url": "http://127.0.0.1:9/v1", "model": "m"}}
     )
     assert not helper.wanted(settings)
+
+
+def test_usable_cpus_follow_the_affinity(monkeypatch) -> None:
+    """A process pinned to one CPU counts one, however many the host has."""
+    monkeypatch.setattr("os.sched_getaffinity", lambda pid: {3})
+    assert helper.usable_cpus() == 1
+    monkeypatch.setattr("os.sched_getaffinity", lambda pid: {0, 1, 2, 3})
+    assert 1 <= helper.usable_cpus() <= 4
