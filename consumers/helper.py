@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from memstream.consumers.logs import log
+from memstream.consumers.logs import configure, log
 from memstream.consumers.offload import EMBED_SLICE
 from memstream.consumers.stages import embedded, redact_candidate
 from memstream.pipeline.extract import extract
@@ -69,6 +69,7 @@ def _start_child(settings: Settings, key: bytes) -> None:
     from memstream.consumers.redaction_key import make_redactor
     from memstream.storage.embedding import make_embedder
 
+    configure(settings.log_level)  # the worker's log format and level
     _tools = (
         make_redactor(settings, key),
         make_embedder(settings.embedding_model, settings.embedding_path),

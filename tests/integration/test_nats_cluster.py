@@ -201,8 +201,15 @@ async def test_r3_streams_survive_a_killed_node(
             for e in m.source_event_ids
         }
         assert {e.event_id for e in events} <= stored
-        dlq = await js.stream_info(s.stream("dlq"))
-        assert dlq.state.messages == 0
+        # the dead-letter stream may be electing a leader after the kill: ask until it answers
+        dlq: list[int] = []
+
+        async def dlq_read() -> bool:
+            dlq.append((await js.stream_info(s.stream("dlq"))).state.messages)
+            return True
+
+        await _until(dlq_read, 60, "the dead-letter stream to answer")
+        assert dlq[-1] == 0
         await _until(lambda: _all_indexed(pg), 60, "every memory to be indexed")
         assert await vectors.count() == await pg.count()
     finally:
