@@ -97,6 +97,10 @@ class EmbeddedNats:
             ],
             stdout=log,
             stderr=subprocess.STDOUT,
+            # not in the terminal's process group: Ctrl-C on `memstream dev` would stop the
+            # server at once, under the worker still draining its connections; the worker
+            # stops it last (PostgreSQL's pg_ctl starts its own session too)
+            start_new_session=True,
         )
         log.close()
         try:

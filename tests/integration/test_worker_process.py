@@ -106,3 +106,55 @@ def test_dev_applies_host_settings_and_stops_cleanly(tmp_path: Path) -> None:
     assert proc.returncode == 0 and "stopped.\n" in out
     if before is not None:
         assert cpulatency.current_cpu_latency() == before  # released with the process
+
+
+def test_ctrl_c_stops_dev_and_everything_it_started(tmp_path: Path) -> None:
+    """Ctrl-C in a terminal signals the whole process group: memstream dev, its helper
+    process and the servers it started. The worker still drains its connections (the
+    embedded nats-server is not in that group and is stopped last), says it stopped, exits 0
+    with no traceback, and leaves no process of its own behind."""
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("MEMSTREAM_")},
+        "MEMSTREAM_STATE_DIR": str(tmp_path / "state"),
+        "MEMSTREAM_OPS_PORT": "0",
+        "MEMSTREAM_GATEWAY_PORT": "0",
+        "PYTHONUNBUFFERED": "1",
+    }
+    proc = subprocess.Popen(
+        [MEMSTREAM, "dev"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,  # its own process group, as a terminal's foreground job
+    )
+    said: queue.Queue[str] = queue.Queue()
+    assert proc.stdout is not None and proc.stderr is not None
+    reader = threading.Thread(target=_lines, args=(proc.stdout, said), daemon=True)
+    reader.start()
+    try:
+        while "Ctrl-C stops everything." not in said.get(timeout=120):
+            pass
+        os.killpg(proc.pid, signal.SIGINT)
+        proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    reader.join(timeout=10)
+    out = []
+    while not said.empty():
+        out.append(said.get())
+    errors = proc.stderr.read()
+    assert proc.returncode == 0 and "stopped.\n" in out, errors[-2000:]
+    assert "Traceback" not in errors
+    state = str(tmp_path / "state")
+    left = [p.name for p in Path("/proc").iterdir() if p.name.isdigit() and state in _cmdline(p)]
+    assert not left  # nats-server and PostgreSQL stopped with it
+
+
+def _cmdline(proc_dir: Path) -> str:
+    try:
+        return (proc_dir / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except OSError:
+        return ""
