@@ -9,10 +9,10 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from workers import REFUSED, refuse_inserts
+from workers import REFUSED, drain_with_new_loops, one_refused_memory_dead_lettered, refuse_inserts
 
 from memstream.consumers.batch_stages import BATCH_STAGES
-from memstream.consumers.batching import BatchRunner, PullLoops
+from memstream.consumers.batching import BatchRunner
 from memstream.consumers.chains import batch_stage
 from memstream.consumers.dlq import dead_letters
 from memstream.consumers.stages import _redact_candidate, carried, with_vectors
@@ -188,15 +188,6 @@ async def test_a_failing_fused_batch_goes_on_over_the_stage_subjects(running) ->
     stream_, cfg = topology(running.settings).consumers["redact"]
     info = await js.consumer_info(stream_, cfg.durable_name or "")
     assert info.num_pending == 5 and info.delivered.consumer_seq == 0  # the singles' output
-    restarted = PullLoops(js, loops.runners, running.settings.stage.batch_size)
-    await restarted.start()
-    try:
-        await running.wait_for(running.drained, 30, "the stages")
-    finally:
-        await restarted.stop()
-    dead = await dead_letters(js, s, "store", 5)
-    assert len(dead) == 1 and "SQLSTATE 22023" in dead[0].headers[DLQ_REASON_HEADER]
-    flt = OwnerFilter(tenant="acme", user="bo")
-    stored = {e for m in await running.pg.list_memories(flt) for e in m.source_event_ids}
-    assert stored == {"t0", "t2", "t3", "t4"}
+    await drain_with_new_loops(running)
+    assert await one_refused_memory_dead_lettered(running) == {"t0", "t2", "t3", "t4"}
     assert await _delivered(running, "redact") >= 5

@@ -18,13 +18,12 @@ from typing import Any
 import pytest
 from prometheus_client import generate_latest
 from test_batches import TOKENS, distinct_note
-from workers import REFUSED, refuse_inserts
+from workers import REFUSED, drain_with_new_loops, one_refused_memory_dead_lettered, refuse_inserts
 
-from memstream.consumers.batching import BatchRunner, PullLoops
+from memstream.consumers.batching import BatchRunner
 from memstream.consumers.chains import batch_stage
-from memstream.consumers.dlq import dead_letters
 from memstream.schemas.memory import MemoryType
-from memstream.schemas.subjects import DLQ_REASON_HEADER, STAGES
+from memstream.schemas.subjects import STAGES
 from memstream.storage.postgres import OwnerFilter
 
 pytestmark = pytest.mark.integration
@@ -110,16 +109,8 @@ async def test_a_failing_helped_batch_goes_on_over_the_stage_subjects(running) -
     await runner.batch(msgs)
     assert worker.services.helper.prepared == prepared + 1  # the helper did prepare it
     assert (runner.metrics.acked, runner.metrics.dead_lettered) == (5, 0)
-    restarted = PullLoops(js, loops.runners, running.settings.stage.batch_size)
-    await restarted.start()
-    try:
-        await running.wait_for(running.drained, 30, "the stages")
-    finally:
-        await restarted.stop()
-    dead = await dead_letters(js, s, "store", 5)
-    assert len(dead) == 1 and "SQLSTATE 22023" in dead[0].headers[DLQ_REASON_HEADER]
-    stored = {e for m in await _episodes(running) for e in m.source_event_ids}
-    assert stored == {"t0", "t2", "t3", "t4"}
+    await drain_with_new_loops(running)
+    assert await one_refused_memory_dead_lettered(running) == {"t0", "t2", "t3", "t4"}
 
 
 _OWNER = """

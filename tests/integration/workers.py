@@ -3,13 +3,18 @@ refuse one value as it refuses bad data (a SQLSTATE of class 22)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from memstream.consumers.app import Worker
+from memstream.consumers.batching import PullLoops
+from memstream.consumers.dlq import dead_letters
 from memstream.consumers.run import make_vector_index
 from memstream.consumers.services import Services
 from memstream.pipeline.redact import Redactor
 from memstream.schemas.settings import Settings
+from memstream.schemas.subjects import DLQ_REASON_HEADER
 from memstream.storage.ports import Embedder
-from memstream.storage.postgres import PgStore
+from memstream.storage.postgres import OwnerFilter, PgStore
 
 REFUSED = "quux-refuse"  # a memory whose content holds this is refused by ``refuse_inserts``
 
@@ -35,3 +40,25 @@ async def refuse_inserts(pg: PgStore) -> None:
             "CREATE TRIGGER refuse BEFORE INSERT ON memories FOR EACH ROW "
             f"WHEN (NEW.content LIKE '%{REFUSED}%') EXECUTE FUNCTION refuse()"
         )
+
+
+async def drain_with_new_loops(running: Any) -> None:
+    """Start the running worker's pull loops again (a test stopped them to hand a batch to
+    a runner itself) and wait until every stage has drained."""
+    loops = running.worker.broker.pulls
+    restarted = PullLoops(running.worker.deps.js, loops.runners, running.settings.stage.batch_size)
+    await restarted.start()
+    try:
+        await running.wait_for(running.drained, 30, "the stages")
+    finally:
+        await restarted.stop()
+
+
+async def one_refused_memory_dead_lettered(running: Any) -> set[str]:
+    """After a batch with the ``REFUSED`` memory: exactly one dead letter at store, refused
+    by Postgres; returns the source events of acme/bo's stored memories."""
+    deps = running.worker.deps
+    dead = await dead_letters(deps.js, deps.subjects, "store", 5)
+    assert len(dead) == 1 and "SQLSTATE 22023" in dead[0].headers[DLQ_REASON_HEADER]
+    flt = OwnerFilter(tenant="acme", user="bo")
+    return {e for m in await running.pg.list_memories(flt) for e in m.source_event_ids}
