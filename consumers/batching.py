@@ -175,8 +175,12 @@ class PullLoops:
 
     async def _loop(self, stage: str, sub: Any, runner: BatchRunner) -> None:
         backoff = Backoff(0.2, 2.0)
-        # a stage that starts its batches ahead (``BatchStage.begin``) fetches and begins the
-        # next batch while this one finishes; batches still finish one at a time, in order
+        # A stage that starts its batches ahead (``BatchStage.begin``) fetches and begins the
+        # next batch while a full one finishes: a full batch means more are waiting. After a
+        # batch that was not full it waits for the batch to finish first: the next fetch
+        # would return the first turn to arrive alone, and the turns after it would wait for
+        # that one-turn batch to finish too (one more batch of latency at a light load).
+        # Batches still finish one at a time, in stream order.
         ahead = runner.stage.begin is not None
         finishing: asyncio.Task[None] | None = None
         while not self._stopping:
@@ -201,7 +205,7 @@ class PullLoops:
             if finishing is not None:
                 await finishing
                 finishing = None
-            if ahead:
+            if ahead and len(msgs) >= self.size:
                 finishing = asyncio.create_task(self._finish(stage, runner, begun))
             else:
                 await self._finish(stage, runner, begun)
