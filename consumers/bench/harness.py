@@ -16,9 +16,11 @@ from typing import Any
 
 import nats
 
+from memstream.consumers import helper
 from memstream.consumers.app import Worker
 from memstream.consumers.logs import configure as configure_logging
 from memstream.consumers.natsconn import nats_options
+from memstream.consumers.redaction_key import redaction_key
 from memstream.consumers.run import Stack, make_worker
 from memstream.consumers.topology import drained, topology
 from memstream.producers.client import MemoryClient
@@ -87,6 +89,8 @@ async def bench_stack(keep: bool = False) -> AsyncIterator[Bench]:
         embedder = make_embedder(settings.embedding_model, settings.embedding_path)
         stack = await Stack.open(settings, schema=namespace, dim=embedder.dim)
         worker = make_worker(stack, embedder)
+        if helper.wanted(settings):  # as `memstream worker` has one: the path users run
+            worker.services.helper = helper.Helper(settings, redaction_key(settings, dev=True))
         await worker.vectors.ensure(embedder.dim)
         await worker.start()
         try:
