@@ -29,6 +29,9 @@ def memstream_command() -> list[str]:
     return [sys.executable, "-c", "from memstream.producers.cli import main; main()"]
 
 
+RUN_KEY = secrets.token_hex(32)  # this benchmark run's redaction key
+
+
 class WorkerProcess:
     """``memstream worker`` on the given services; its log (JSON lines) goes to ``log``;
     ``args`` go after ``worker`` (``--stages extract,redact``)."""
@@ -39,8 +42,9 @@ class WorkerProcess:
         self.state_dir, self.log, self.args = state_dir, log, list(args)
         self.env = {
             **{k: v for k, v in os.environ.items() if not k.startswith("MEMSTREAM_")},
-            # a fresh secret per run: placeholders only need to be stable within it
-            "MEMSTREAM_REDACTION_KEY": secrets.token_hex(32),
+            # one fresh secret per run, the same for every process of it: a value redacted
+            # by an extract/redact process gets the placeholder the owner would give it
+            "MEMSTREAM_REDACTION_KEY": RUN_KEY,
             "MEMSTREAM_STATE_DIR": str(state_dir),
             "MEMSTREAM_OPS_PORT": "0",
             "MEMSTREAM_LOG_LEVEL": "WARNING",
