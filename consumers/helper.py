@@ -32,7 +32,6 @@ from pathlib import Path
 from typing import Any
 
 from memstream.consumers.logs import configure, log
-from memstream.consumers.offload import EMBED_SLICE
 from memstream.consumers.stages import embedded, redact_candidate
 from memstream.pipeline.extract import extract
 from memstream.pipeline.redact import Redacts
@@ -88,16 +87,14 @@ def prepare(events: Sequence[TurnEvent], redactor: Redacts, embedder: Embedder) 
     started = time.perf_counter()
     found = [extract(e) for e in events]
     extracted_at = time.perf_counter()
+    # one embedding call for the whole batch (no event loop here to hand back to); a text's
+    # vector does not depend on the others of the call
+    flat = embedded(embedder, [redact_candidate(redactor, c) for cands in found for c in cands])
     done: list[list[Candidate]] = []
+    at = 0
     for cands in found:
-        redacted = [redact_candidate(redactor, c) for c in cands]
-        done.append(
-            [
-                c
-                for lo in range(0, len(redacted), EMBED_SLICE)
-                for c in embedded(embedder, redacted[lo : lo + EMBED_SLICE])
-            ]
-        )
+        done.append(flat[at : at + len(cands)])
+        at += len(cands)
     return Prepared(done, extracted_at - started, time.perf_counter() - extracted_at)
 
 

@@ -22,7 +22,10 @@ from workers import REFUSED, drain_with_new_loops, one_refused_memory_dead_lette
 
 from memstream.consumers.batching import BatchRunner
 from memstream.consumers.chains import batch_stage
+from memstream.consumers.helper import Helper
+from memstream.schemas.events import Message, Role, TurnEvent
 from memstream.schemas.memory import MemoryType
+from memstream.schemas.settings import Settings
 from memstream.schemas.subjects import STAGES
 from memstream.storage.postgres import OwnerFilter
 
@@ -153,3 +156,27 @@ def test_a_helper_leaves_when_its_worker_is_killed_outright() -> None:
         assert not _alive(child)
     finally:
         owner.kill()
+
+
+async def test_an_error_in_the_helper_fails_that_batch_only() -> None:
+    """A batch the helper cannot prepare (here a value that is no turn) raises in the worker,
+    where the batch goes to singles; the same helper process prepares the next batch, with
+    no restart."""
+    helper = Helper(Settings(), b"k" * 32)
+    await helper.start()
+    try:
+        (child,) = multiprocessing.active_children()
+        with pytest.raises(AttributeError):
+            await helper.prepare(["not a turn"])  # type: ignore[list-item]
+        turn = TurnEvent(
+            tenant="acme",
+            user="bo",
+            session="s1",
+            messages=[Message(role=Role.USER, content="I prefer tea.")],
+        )
+        done = await helper.prepare([turn])
+        assert [c.content for c in done.candidates[0]][-1] == "I prefer tea."
+        assert (helper.prepared, helper.restarts) == (1, 0)
+        assert [p.pid for p in multiprocessing.active_children()] == [child.pid]
+    finally:
+        await helper.close()
