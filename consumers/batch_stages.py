@@ -91,18 +91,40 @@ async def _reindex(
     keys: Sequence[tuple[str, str]],
     followers: AbstractSet[str] = frozenset(),
     known: Mapping[str, Sequence[float]] | None = None,
-) -> None:
+) -> list[str]:
     """(Re)build the index points of these memories from their rows, in one read, one
-    embedding call (none for the ``known`` vectors) and one upsert; left to the reconciler
-    when a store is away."""
+    embedding call (none for the ``known`` vectors) and one upsert: the ids upserted, to be
+    marked indexed (``_marked``); left to the reconciler when a store is away."""
     try:
         rows = await deps.pg.memories_by_id(list(dict.fromkeys(keys)))
-        await indexing.index(
+        return await indexing.upserted(
             deps.pg, deps.vectors, deps.embedder, list(rows.values()), followers, known
         )
     except TransientError as exc:
         log.warning("store.vector_deferred", count=len(keys), reason=str(exc))
         deps.index_behind.set()  # the maintenance loop indexes them once the index answers
+        return []
+
+
+async def _marked(deps: Deps, ids: Sequence[str]) -> None:
+    """Mark upserted points indexed in Postgres. Bookkeeping for the reconciler, not an
+    output: it runs beside the batch's events, and a Postgres away leaves the rows to the
+    maintenance loop, which indexes them again (idempotent)."""
+    if not ids:
+        return
+    try:
+        await deps.pg.mark_indexed(ids)
+    except TransientError as exc:
+        log.warning("store.vector_deferred", count=len(ids), reason=str(exc))
+        deps.index_behind.set()
+
+
+async def _announced(
+    deps: Deps, ids: Sequence[str], events: Sequence[tuple[MemoryEvent, str, bool]]
+) -> None:
+    """The upserted points marked indexed and the events out, side by side: the events wait
+    for nothing the marks write (recall reads the index), and the batch is acked after both."""
+    await asyncio.gather(_marked(deps, ids), _emit_all(deps, events))
 
 
 async def memory_on(deps: Deps, events: Sequence[TurnEvent]) -> list[bool]:
@@ -176,8 +198,7 @@ class Merges:
 
 async def settle(deps: Deps, merges: Merges) -> None:
     if merges.keys:
-        await _reindex(deps, merges.keys)
-        await _emit_all(deps, merges.events)
+        await _announced(deps, await _reindex(deps, merges.keys), merges.events)
 
 
 async def deduped(deps: Deps, cands: Sequence[Candidate]) -> tuple[list[Candidate], Merges]:
@@ -309,15 +330,16 @@ async def stored(deps: Deps, cands: Sequence[Candidate], merges: Merges | None =
         if new and k.candidate.vector is not None
     }
     merges = merges or Merges([], [])
-    await _reindex(
+    upserted = await _reindex(
         deps,
         [*merges.keys, *((k.candidate.owner.tenant, k.memory_id) for k in keyed)],
         new_ids,
         known,
     )
     at = deps.clock()
-    await _emit_all(
+    await _announced(
         deps,
+        upserted,
         [
             *merges.events,
             *(

@@ -15,6 +15,10 @@ from memstream.schemas.memory import MemoryRecord, MemoryType
 from memstream.storage.pgports import IndexRows
 from memstream.storage.ports import Embedder, VectorIndex, VectorPoint
 
+# points per index upsert: Qdrant Edge holds the interpreter lock for a whole write (~40 us a
+# point), so a recall in the same process waits for one slice (~2.5 ms), not a whole batch
+UPSERT_SLICE = 64
+
 
 def record_of(m: MemoryRecord) -> dict[str, Any]:
     """The fields a recall hit shows (JSON-able)."""
@@ -64,14 +68,28 @@ async def index(
     followers: bool | AbstractSet[str] = False,
     known: Mapping[str, Sequence[float]] | None = None,
 ) -> None:
-    """Embed and upsert memories (idempotent), then mark them indexed in Postgres.
+    """Embed and upsert memories (idempotent), then mark them indexed in Postgres
+    (``upserted``, then ``IndexRows.mark_indexed``)."""
+    await pg.mark_indexed(await upserted(pg, vectors, embedder, memories, followers, known))
+
+
+async def upserted(
+    pg: IndexRows,
+    vectors: VectorIndex,
+    embedder: Embedder,
+    memories: Sequence[MemoryRecord],
+    followers: bool | AbstractSet[str] = False,
+    known: Mapping[str, Sequence[float]] | None = None,
+) -> list[str]:
+    """Embed and upsert memories (idempotent); the ids upserted, for the caller to mark
+    indexed in Postgres once it may (the store stage does it while its events go out).
 
     ``followers``: also re-index the episodes that come right after each one (or each one
     whose id is in the set) in its session, whose keyword context includes it (turns can
     reach the store stage out of order). ``known``: vectors already computed for the dated
     content of some memories (by id): only the others are embedded."""
     if not memories:
-        return
+        return []
     if followers:
         seen = {m.id for m in memories}
         episodes = [
@@ -104,5 +122,6 @@ async def index(
     for m, v, c in zip(memories, vecs, contexts, strict=True):
         await slices.tick()
         points.append(point(m, v, c))
-    await vectors.upsert(points)
-    await pg.mark_indexed([m.id for m in memories])
+    for lo in range(0, len(points), UPSERT_SLICE):
+        await vectors.upsert(points[lo : lo + UPSERT_SLICE])
+    return [m.id for m in memories]

@@ -43,6 +43,43 @@ from memstream.storage.pg.switches import PgSwitches
 __all__ = ["Clock", "OwnerFilter", "PgStore", "hash_key", "keyword_query", "migrations", "utcnow"]
 
 
+_UPSERT_ROW = """
+INSERT INTO memories (id, tenant, user_id, agent_id, app, project, session, scope, type,
+    content, content_hash, salience, confidence, importance, source_event_ids, metadata,
+    redactions, occurred_at, pinned, expires_at, fact_key, created_at, updated_at, tags)
+VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,ARRAY[$15::text],$16::jsonb,
+        $17::jsonb,$18,$19,$20,$21,$22,$22,$23::text[])
+ON CONFLICT (id) DO UPDATE SET
+    source_event_ids = CASE WHEN $15 = ANY(memories.source_event_ids)
+        THEN memories.source_event_ids ELSE memories.source_event_ids || $15::text END,
+    deleted_at = CASE WHEN $15 = ANY(memories.source_event_ids)
+        THEN memories.deleted_at ELSE NULL END,
+    updated_at = CASE WHEN $15 = ANY(memories.source_event_ids)
+        THEN memories.updated_at ELSE $22 END,
+    indexed = CASE WHEN $15 = ANY(memories.source_event_ids)
+        THEN memories.indexed ELSE false END  -- the index record lists the sources
+RETURNING (xmax = 0) AS inserted
+"""
+# near-duplicate folds: each memory's new source events appended once, in the order given
+_MERGE_SET = """
+WITH q AS (
+    SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[])
+        WITH ORDINALITY AS q(id, tenant, src, o)
+), agg AS (
+    SELECT id, tenant, array_agg(src ORDER BY o) AS srcs FROM q GROUP BY id, tenant
+)
+UPDATE memories m SET
+    source_event_ids = m.source_event_ids || ARRAY(
+        SELECT u.s FROM unnest(agg.srcs) WITH ORDINALITY AS u(s, o)
+        WHERE NOT u.s = ANY(m.source_event_ids) GROUP BY u.s ORDER BY min(u.o)),
+    updated_at = $4,
+    indexed = false
+FROM agg
+WHERE m.id = agg.id AND m.tenant = agg.tenant AND m.deleted_at IS NULL
+RETURNING m.id, m.tenant
+"""
+
+
 class PgStore(PgReads, PgManaged, PgFacts, PgIndexRows, PgMaintenance, PgSwitches, PgKeys, PgAudit):
     """Memories and their audit trail in one Postgres schema."""
 
@@ -96,31 +133,15 @@ class PgStore(PgReads, PgManaged, PgFacts, PgIndexRows, PgMaintenance, PgSwitche
         """``upsert`` for many candidates in one transaction and one round trip per statement
         kind (the statements are pipelined): True per row that was inserted. Rows run in
         order, so a memory id listed twice is inserted by the first and merged by the second.
-        """
+        (One statement over arrays was no faster: the row inserts and their seven indexes
+        are the cost, and it cannot insert a row and then update it.)"""
         if not rows:
             return []
-        sql = """
-        INSERT INTO memories (id, tenant, user_id, agent_id, app, project, session, scope, type,
-            content, content_hash, salience, confidence, importance, source_event_ids, metadata,
-            redactions, occurred_at, pinned, expires_at, fact_key, created_at, updated_at, tags)
-        VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,ARRAY[$15::text],$16::jsonb,
-                $17::jsonb,$18,$19,$20,$21,$22,$22,$23::text[])
-        ON CONFLICT (id) DO UPDATE SET
-            source_event_ids = CASE WHEN $15 = ANY(memories.source_event_ids)
-                THEN memories.source_event_ids ELSE memories.source_event_ids || $15::text END,
-            deleted_at = CASE WHEN $15 = ANY(memories.source_event_ids)
-                THEN memories.deleted_at ELSE NULL END,
-            updated_at = CASE WHEN $15 = ANY(memories.source_event_ids)
-                THEN memories.updated_at ELSE $22 END,
-            indexed = CASE WHEN $15 = ANY(memories.source_event_ids)
-                THEN memories.indexed ELSE false END  -- the index record lists the sources
-        RETURNING (xmax = 0) AS inserted
-        """
         now = self.clock()
         args = [_upsert_args(mid, chash, c, now) for mid, chash, c in rows]
         try:
             async with self._transaction() as con:
-                found = await con.fetchmany(sql, args)
+                found = await con.fetchmany(_UPSERT_ROW, args)
                 inserted = [bool(r["inserted"]) for r in found]
                 await self._events(
                     con,
@@ -151,15 +172,23 @@ class PgStore(PgReads, PgManaged, PgFacts, PgIndexRows, PgMaintenance, PgSwitche
     ) -> None:
         """``_event`` for many audit rows (tenant, memory id, kind, cause, detail), pipelined;
         ``keys``, when given, one per row, as ``_event``'s ``key``."""
-        now = self.clock()
+        if not events:
+            return
         keyed = list(keys) or [None] * len(events)
-        await con.executemany(
+        await con.execute(
             "INSERT INTO memory_events (event_key, tenant, memory_id, kind, at, detail) "
-            "VALUES ($1, $2, $3, $4, $5, $6::jsonb) ON CONFLICT (event_key) DO NOTHING",
+            "SELECT e.key, e.tenant, e.memory_id, e.kind, $5, e.detail::jsonb FROM "
+            "unnest($1::text[], $2::text[], $3::uuid[], $4::text[], $6::text[]) "
+            "AS e(key, tenant, memory_id, kind, detail) ON CONFLICT (event_key) DO NOTHING",
             [
-                (key or f"{kind}:{mid or '-'}:{cause}", tenant, mid, kind, now, json.dumps(detail))
-                for (tenant, mid, kind, cause, detail), key in zip(events, keyed, strict=True)
+                key or f"{kind}:{mid or '-'}:{cause}"
+                for (_, mid, kind, cause, _), key in zip(events, keyed, strict=True)
             ],
+            [tenant for tenant, *_ in events],
+            [mid for _, mid, *_ in events],
+            [kind for _, _, kind, *_ in events],
+            self.clock(),
+            [json.dumps(detail) for *_, detail in events],
         )
 
     async def bulk_insert(self, rows: Sequence[tuple[str, str, Candidate]]) -> None:
@@ -205,22 +234,23 @@ class PgStore(PgReads, PgManaged, PgFacts, PgIndexRows, PgMaintenance, PgSwitche
 
     async def merge_many(self, merges: Sequence[tuple[str, str, str, str]]) -> list[bool]:
         """``merge`` for many (tenant, memory id, source event id, candidate id), in one
-        transaction, the statements pipelined and run in order: True for each that found its
-        live memory. Each fold is recorded under its candidate id, as ``merge`` does."""
+        transaction and one statement: True for each that found its live memory. A memory
+        named twice gets both source events, in order. Each fold is recorded under its
+        candidate id, as ``merge`` does."""
         if not merges:
             return []
         async with self._transaction() as con:
-            rows = await con.fetchmany(
-                "UPDATE memories SET source_event_ids = CASE WHEN $3 = ANY(source_event_ids) "
-                "THEN source_event_ids ELSE source_event_ids || $3::text END, updated_at = $4, "
-                "indexed = false "
-                "WHERE id = $1 AND tenant = $2 AND deleted_at IS NULL RETURNING $5::int AS i",
-                [
-                    (mid, tenant, src, self.clock(), i)
-                    for i, (tenant, mid, src, _) in enumerate(merges)
-                ],
+            rows = await con.fetch(
+                _MERGE_SET,
+                [mid for _, mid, _, _ in merges],
+                [tenant for tenant, _, _, _ in merges],
+                [src for _, _, src, _ in merges],
+                self.clock(),
             )
-            done = {r["i"] for r in rows}
+            live = {(str(r["tenant"]), str(r["id"])) for r in rows}
+            done = {
+                i for i, (t, mid, _, _) in enumerate(merges) if (t, str(uuid.UUID(mid))) in live
+            }
             folds = [m for i, m in enumerate(merges) if i in done]
             await self._events(
                 con,

@@ -106,6 +106,9 @@ _DIRECT_WRITE_MAX = 16  # points per write run on the loop; larger batches go to
 # points converted for the engine between two yields to the event loop: about 1 ms, so a
 # recall waits for one slice, not for the whole batch's conversion
 _BUILD_SLICE = 16
+# queries per engine batch of ``search_many``: the engine holds the interpreter lock for its
+# whole call (~80 us a query), so a recall waits for one slice (~3 ms), not a whole batch
+_SEARCH_SLICE = 32
 _DIRECT_FETCH_MAX = 64  # ids per fetch run on the loop (cheaper than a thread hop); more go to one
 _SCAN_PAGE = 2000  # points per page when counting term statistics at load
 _OWNER_FIELDS = ["tenant", "user", "agent", "scope", "project"]
@@ -597,14 +600,19 @@ class EdgeVectorIndex:
     async def search_many(
         self, queries: Sequence[tuple[Sequence[float], VectorFilter]], limit: int
     ) -> list[list[RecordHit]]:
-        """``search(..., with_records=True)`` per query, as one engine batch (one pass over
-        the segments, one thread hop)."""
+        """``search(..., with_records=True)`` per query, as engine batches of
+        ``_SEARCH_SLICE`` queries, one thread hop each."""
         if not queries or limit <= 0:
             return [[] for _ in queries]
-        requests = [self._dense_request(v, flt, limit, True) for v, flt in queries]
-        batches = await self._read(
-            "query", False, self.shard.query_batch, qe.QueryBatchRequest(requests)
-        )
+        batches: list[Any] = []
+        for lo in range(0, len(queries), _SEARCH_SLICE):
+            if lo:
+                await asyncio.sleep(0)  # a recall waiting on the loop goes between slices
+            part = queries[lo : lo + _SEARCH_SLICE]
+            requests = [self._dense_request(v, flt, limit, True) for v, flt in part]
+            batches += await self._read(
+                "query", False, self.shard.query_batch, qe.QueryBatchRequest(requests)
+            )
         return [_owned(hits, flt) for (_, flt), hits in zip(queries, batches, strict=True)]
 
     @overload

@@ -66,6 +66,24 @@ async def test_merge_many_reports_each_found(store: Store, rows: Rows) -> None:
     assert await store.folded_among([]) == {}
 
 
+async def test_merge_many_folds_into_one_memory_in_order(store: Store, rows: Rows) -> None:
+    """Two folds into one memory in the same call both add their source, in the order given;
+    a source it already has is not added again; each fold is recorded under its candidate."""
+    mid = await rows.put(store)
+    before = (await store.get_many(OwnerFilter(tenant="t1"), [mid]))[mid].source_event_ids
+    got = await store.merge_many(
+        [("t1", mid, "n2", "c1"), ("t1", mid, "n1", "c2"), ("t1", mid, "n2", "c3")]
+    )
+    assert got == [True, True, True]
+    record = (await store.get_many(OwnerFilter(tenant="t1"), [mid]))[mid]
+    assert record.source_event_ids == [*before, "n2", "n1"] and not record.indexed
+    assert await store.folded_among([("t1", "c1"), ("t1", "c2"), ("t1", "c3")]) == {
+        ("t1", "c1"): mid,
+        ("t1", "c2"): mid,
+        ("t1", "c3"): mid,
+    }
+
+
 async def test_owner_filters_never_cross_tenant_or_owner(store: Store, rows: Rows) -> None:
     """Reads see the owner's memories (plus shared scopes when asked), never another's."""
     own = await rows.put(store, content="alpha own")

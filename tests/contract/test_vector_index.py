@@ -146,6 +146,16 @@ async def test_search_many_answers_each_query_as_search_does(index: VectorIndex)
     assert await index.search_many([], 2) == []
 
 
+async def test_search_many_keeps_order_past_one_engine_batch(index: VectorIndex) -> None:
+    """More queries than one engine batch takes (the Edge adapter splits them): each answer
+    still belongs to its own query."""
+    points = [point(axis(i % 8), user=f"u{i}", agent=None) for i in range(80)]
+    await index.upsert(points)
+    queries = [(axis(i % 8), VectorFilter(tenant="acme", user=f"u{i}")) for i in range(80)]
+    many = await index.search_many(queries, 1)
+    assert [[i for i, _, _ in hits] for hits in many] == [[p.id] for p in points]
+
+
 LEGS: list[Leg] = ["dense", "sparse"]
 legs = pytest.mark.parametrize("leg", LEGS)
 
