@@ -20,7 +20,7 @@ ROLES: tuple[Role, ...] = ("extract", "redact", "dedupe", "store", "recall")
 class StageSettings(BaseModel):
     max_deliver: int = Field(default=8, ge=1)
     ack_wait_s: float = Field(default=30.0, gt=0)
-    batch_size: int = Field(default=64, ge=1, le=1000)
+    batch_size: int = Field(default=128, ge=1, le=1000)
     # Each stage takes its pull batch as one unit (consumers/batching.py, docs/ingest.md);
     # false: one message per handler call, the path a batch falls back to for a message that
     # fails within it

@@ -604,16 +604,17 @@ class EdgeVectorIndex:
         ``_SEARCH_SLICE`` queries, one thread hop each."""
         if not queries or limit <= 0:
             return [[] for _ in queries]
-        batches: list[Any] = []
+        found: list[list[RecordHit]] = []
         for lo in range(0, len(queries), _SEARCH_SLICE):
             if lo:
                 await asyncio.sleep(0)  # a recall waiting on the loop goes between slices
             part = queries[lo : lo + _SEARCH_SLICE]
             requests = [self._dense_request(v, flt, limit, True) for v, flt in part]
-            batches += await self._read(
+            batches = await self._read(
                 "query", False, self.shard.query_batch, qe.QueryBatchRequest(requests)
             )
-        return [_owned(hits, flt) for (_, flt), hits in zip(queries, batches, strict=True)]
+            found += [_owned(hits, flt) for (_, flt), hits in zip(part, batches, strict=True)]
+        return found
 
     @overload
     async def search_sparse(
