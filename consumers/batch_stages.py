@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Mapping, Sequence
 from collections.abc import Set as AbstractSet
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from memstream.consumers import indexing
@@ -190,10 +190,14 @@ async def redact_batch(deps: Deps, cands: list[Candidate]) -> int:
 @dataclass(frozen=True)
 class Merges:
     """Candidates merged into existing memories whose index points and events are still to
-    be done (``settle``): ``(tenant, memory id)`` to re-index, and the events."""
+    be done (``settle``): ``(tenant, memory id)`` to re-index, and the events; and
+    candidates to fold into a batch mate once the store stage has written it, with the
+    memory id of that mate (``plan.Action.BATCH_MERGE``; only when store runs in the same
+    call)."""
 
     keys: list[tuple[str, str]]
     events: list[tuple[MemoryEvent, str, bool]]
+    mates: list[tuple[Candidate, str]] = field(default_factory=list)
 
 
 async def settle(deps: Deps, merges: Merges) -> None:
@@ -201,9 +205,13 @@ async def settle(deps: Deps, merges: Merges) -> None:
         await _announced(deps, await _reindex(deps, merges.keys), merges.events)
 
 
-async def deduped(deps: Deps, cands: Sequence[Candidate]) -> tuple[list[Candidate], Merges]:
+async def deduped(
+    deps: Deps, cands: Sequence[Candidate], mates: bool = False
+) -> tuple[list[Candidate], Merges]:
     """Exact and near duplicates merged into their memories in Postgres; the candidates left
-    to store, each carrying its dense vector, and the merges still to ``settle``."""
+    to store, each carrying its dense vector, and the merges still to ``settle``. ``mates``:
+    the store stage runs next in the same call, so a near duplicate of an earlier candidate
+    of the batch is folded into it there (``Merges.mates``); without, both are stored."""
     keyed = [dedupe.key(c) for c in cands]
     # a redelivered candidate that an earlier try folded into a near-duplicate stays folded,
     # even if an exact duplicate of it was stored since (both reads at once: the stage waits
@@ -251,9 +259,13 @@ async def deduped(deps: Deps, cands: Sequence[Candidate]) -> tuple[list[Candidat
         except TransientError as exc:  # index down: exact dedupe only; store keeps it unindexed
             log.warning("dedupe.near_check_skipped", reason=type(exc).__name__)
             neighbours = {}
-    decisions = plan(
-        keyed, existing, neighbours, deps.settings.near_duplicate_similarity, folded=folded
+    similarity = deps.settings.near_duplicate_similarity
+    batch_near = (
+        dedupe.batch_neighbours(cands, dict(zip(fresh, vectors, strict=True)), similarity)
+        if mates and neighbours  # the index answered: the batch is checked as the index is
+        else {}
     )
+    decisions = plan(keyed, existing, neighbours, similarity, folded, batch_near)
     exact = [d for d in decisions if d.action is Action.MERGE]
     if exact:  # merge the source events
         await deps.pg.upsert_many(
@@ -294,6 +306,7 @@ async def deduped(deps: Deps, cands: Sequence[Candidate]) -> tuple[list[Candidat
             )
             for d in merged
         ],
+        [(d.keyed.candidate, d.target) for d in decisions if d.action is Action.BATCH_MERGE],
     )
     return forward, merges
 
@@ -310,6 +323,7 @@ async def stored(deps: Deps, cands: Sequence[Candidate], merges: Merges | None =
     ``merges`` (one index upsert and one round of events for both); how many were kept."""
     # a dedupe try sent these here, and a later try (a redelivery) may have folded one into a
     # near-duplicate: storing it too would hold its turn twice
+    merges = merges or Merges([], [])
     folded = await deps.pg.folded_among([(c.owner.tenant, c.candidate_id) for c in cands])
     now = deps.clock()
     ready = []
@@ -322,6 +336,7 @@ async def stored(deps: Deps, cands: Sequence[Candidate], merges: Merges | None =
     inserted = await deps.pg.upsert_many(
         [(k.memory_id, k.content_hash, k.candidate) for k in keyed]
     )
+    mates = await _fold_mates(deps, merges.mates)
     new_ids = {k.memory_id for k, new in zip(keyed, inserted, strict=True) if new}
     # a carried vector is that of the candidate's text: it is the row's only when inserted
     known: dict[str, Sequence[float]] = {
@@ -329,7 +344,6 @@ async def stored(deps: Deps, cands: Sequence[Candidate], merges: Merges | None =
         for k, new in zip(keyed, inserted, strict=True)
         if new and k.candidate.vector is not None
     }
-    merges = merges or Merges([], [])
     upserted = await _reindex(
         deps,
         [*merges.keys, *((k.candidate.owner.tenant, k.memory_id) for k in keyed)],
@@ -344,6 +358,14 @@ async def stored(deps: Deps, cands: Sequence[Candidate], merges: Merges | None =
             *merges.events,
             *(
                 (
+                    event_of(c, "merged", target, at),
+                    c.source_event_id,
+                    c.scope in SHARED_SCOPES,
+                )
+                for c, target in mates
+            ),
+            *(
+                (
                     event_of(k.candidate, "stored" if new else "merged", k.memory_id, at),
                     k.candidate.source_event_id,
                     k.candidate.scope in SHARED_SCOPES,
@@ -353,6 +375,23 @@ async def stored(deps: Deps, cands: Sequence[Candidate], merges: Merges | None =
         ],
     )
     return len(keyed)
+
+
+async def _fold_mates(
+    deps: Deps, mates: Sequence[tuple[Candidate, str]]
+) -> list[tuple[Candidate, str]]:
+    """Fold candidates into the batch mates just written (``Merges.mates``), recorded under
+    their candidate ids as any near-duplicate fold; the ones folded. One whose mate is not
+    there (it was not written: an earlier try had folded it elsewhere) is stored itself."""
+    if not mates:
+        return []
+    found = await deps.pg.merge_many(
+        [(c.owner.tenant, target, c.source_event_id, c.candidate_id) for c, target in mates]
+    )
+    alone = [c for (c, _), ok in zip(mates, found, strict=True) if not ok]
+    if alone:
+        await stored(deps, alone)
+    return [m for m, ok in zip(mates, found, strict=True) if ok]
 
 
 async def store_batch(deps: Deps, cands: list[Candidate]) -> int:

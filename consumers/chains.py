@@ -70,15 +70,16 @@ def chain_of(stages: Sequence[str], roles: Collection[str]) -> dict[str, tuple[s
 
 
 async def _step(
-    deps: Deps, stage: str, cands: list[Candidate], merges: Merges | None
+    deps: Deps, stage: str, cands: list[Candidate], merges: Merges | None, steps: Sequence[str]
 ) -> tuple[list[Candidate], Merges | None, int]:
-    """One candidate stage of a fused chain: (what it hands on, the merges still to settle,
-    its output count). Store settles the merges with its own writes, and hands on nothing."""
+    """One candidate stage of a fused chain ``steps``: (what it hands on, the merges still
+    to settle, its output count). Store settles the merges with its own writes, and hands on
+    nothing."""
     if stage == "redact":
         out = await redacted(deps, cands)
         return out, merges, len(out)
     if stage == "dedupe":
-        out, found = await deduped(deps, cands)
+        out, found = await deduped(deps, cands, mates="store" in steps)
         return out, found, len(out)
     return [], None, await stored(deps, cands, merges)
 
@@ -90,7 +91,7 @@ async def _later(
     made goes to the stage after it (nothing after store)."""
     for stage in steps[done:]:
         cands, merges, made = await _phase(
-            deps, stage, len(cands), _step(deps, stage, cands, merges)
+            deps, stage, len(cands), _step(deps, stage, cands, merges, steps)
         )
         deps.metrics[stage].outputs += made
     if steps[-1] != "store":
@@ -112,7 +113,7 @@ def fused(chain: Sequence[str]) -> BatchWork[Any]:
             cands, merges = await extracted(deps, values), None
             outputs = len(cands)
         else:  # the runner counts the first stage's batch
-            cands, merges, outputs = await _step(deps, steps[0], values, None)
+            cands, merges, outputs = await _step(deps, steps[0], values, None, steps)
         await _later(deps, steps, 1, cands, merges)
         return outputs
 

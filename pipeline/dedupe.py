@@ -1,9 +1,12 @@
-"""dedupe: the exact-duplicate key of a candidate (normalised content hash per owner)."""
+"""dedupe: the exact-duplicate key of a candidate (normalised content hash per owner), and
+what makes two texts near duplicates."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+
+import numpy as np
 
 from memstream.schemas.ids import MemoryId, content_hash, memory_id, normalise_content
 from memstream.schemas.memory import Candidate
@@ -51,3 +54,32 @@ def near_duplicate(
         if word_overlap(content, text) >= min_overlap:
             return mid
     return None
+
+
+def batch_neighbours(
+    batch: Sequence[Candidate], vectors: Mapping[int, Sequence[float]], min_similarity: float
+) -> dict[int, list[tuple[int, float]]]:
+    """By position in ``batch``: the earlier candidates of the same owner and type whose
+    vector is at least ``min_similarity`` close (cosine), as ``(position, similarity)``.
+    ``vectors``: by position, the candidates that were looked up in the index; the others
+    take no part. These are the near duplicates an index search cannot find yet: neither is
+    stored until the batch is (``plan.plan``'s ``batch_neighbours``)."""
+    groups: dict[tuple[object, ...], list[int]] = {}
+    for i in vectors:
+        c = batch[i]
+        groups.setdefault((c.owner.tenant, c.owner.user, c.owner.agent, c.type), []).append(i)
+    out: dict[int, list[tuple[int, float]]] = {}
+    for members in groups.values():
+        if len(members) < 2:
+            continue
+        members.sort()
+        m = np.asarray([vectors[i] for i in members], dtype=np.float32)
+        m /= np.maximum(np.linalg.norm(m, axis=1, keepdims=True), 1e-12)
+        sims = m @ m.T
+        for a in range(1, len(members)):
+            close = [
+                (members[b], float(sims[a, b])) for b in range(a) if sims[a, b] >= min_similarity
+            ]
+            if close:
+                out[members[a]] = close
+    return out

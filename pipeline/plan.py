@@ -5,6 +5,9 @@ For each candidate of a dedupe batch, in order, one of:
   its source event is folded into that memory;
 - ``near_merge``: close in meaning and in words to a live same-owner memory
   (``dedupe.near_duplicate``): folded into that one instead of stored anew;
+- ``batch_merge``: as close to an earlier candidate of the same batch that is inserted
+  (given as ``batch_neighbours``): folded into that one once the store stage has written it,
+  so a near duplicate is folded whether or not its twin arrived in the same batch;
 - ``refold``: folded into a memory on an earlier try (a redelivery): nothing is decided
   again, since the near-duplicate check depends on an index that may be away this time;
 - ``skip``: the same candidate (same candidate id) appeared earlier in the batch, a
@@ -29,6 +32,7 @@ class Action(StrEnum):
     INSERT = "insert"
     MERGE = "merge"
     NEAR_MERGE = "near_merge"
+    BATCH_MERGE = "batch_merge"
     REFOLD = "refold"
     SKIP = "skip"
 
@@ -41,6 +45,7 @@ class Decision:
 
 
 Neighbour = tuple[str, float, str]  # (memory id, cosine similarity, text)
+BatchNeighbour = tuple[int, float]  # (position of an earlier candidate of the batch, cosine)
 
 
 def plan(
@@ -49,6 +54,7 @@ def plan(
     neighbours: Mapping[int, Sequence[Neighbour]],
     min_similarity: float,
     folded: Mapping[int, str] | None = None,
+    batch_neighbours: Mapping[int, Sequence[BatchNeighbour]] | None = None,
 ) -> list[Decision]:
     """One decision per candidate of ``batch``, in order.
 
@@ -56,8 +62,10 @@ def plan(
     ``neighbours``: by position in ``batch``, the nearest same-owner, same-type memories found
     for the candidates that are not exact duplicates (absent: none were looked for, e.g. the
     vector index was down); ``folded``: by position, the memory an earlier try folded the
-    candidate into."""
+    candidate into; ``batch_neighbours``: by position, earlier same-owner, same-type candidates
+    of the batch close to it (absent: this batch's caller cannot fold into a batch mate)."""
     folded = folded or {}
+    batch_neighbours = batch_neighbours or {}
     out: list[Decision] = []
     seen: set[str] = set()
     for i, k in enumerate(batch):
@@ -74,9 +82,16 @@ def plan(
         if (c.owner.tenant, k.memory_id) in existing:
             out.append(Decision(Action.MERGE, k, k.memory_id))
             continue
-        similar = near_duplicate(c.content, neighbours.get(i, ()), k.memory_id, min_similarity)
-        if similar is not None:
-            out.append(Decision(Action.NEAR_MERGE, k, similar))
-        else:
+        mates = {
+            batch[j].memory_id: (batch[j].memory_id, sim, batch[j].candidate.content)
+            for j, sim in batch_neighbours.get(i, ())
+            if out[j].action is Action.INSERT
+        }
+        near = sorted([*neighbours.get(i, ()), *mates.values()], key=lambda n: -n[1])
+        similar = near_duplicate(c.content, near, k.memory_id, min_similarity)
+        if similar is None:
             out.append(Decision(Action.INSERT, k, k.memory_id))
+        else:
+            action = Action.BATCH_MERGE if similar in mates else Action.NEAR_MERGE
+            out.append(Decision(action, k, similar))
     return out

@@ -191,3 +191,43 @@ async def test_a_failing_fused_batch_goes_on_over_the_stage_subjects(running) ->
     await drain_with_new_loops(running)
     assert await one_refused_memory_dead_lettered(running) == {"t0", "t2", "t3", "t4"}
     assert await _delivered(running, "redact") >= 5
+
+
+async def test_near_duplicates_in_one_fused_batch_are_folded(running) -> None:
+    """Two near-duplicate turns of one owner fetched as one fused batch end as one episode
+    holding both turns, as they would in two batches (the second found by the index): the
+    later one is folded into the earlier once it is written, the fold is recorded under its
+    candidate and announced as ``merged``, and the index record lists both sources. A
+    distinct turn of the batch is stored as usual."""
+    worker = running.worker
+    await worker.broker.pulls.stop()  # the test fetches the extract stage's batch itself
+    s, js = worker.deps.subjects, worker.deps.js
+    texts = [
+        "remember that the harbor bridge opens at nine every morning",
+        "remember that the harbor bridge opens at nine every morning!",
+        distinct_note(7),
+    ]
+    async with running.client("acme", user="bo") as mem:
+        for i, text in enumerate(texts):
+            await mem.publish_turn([("user", text)], session="s1", event_id=f"n{i}")
+    sub = await js.pull_subscribe_bind(durable=s.durable("extract"), stream=s.stream("turns"))
+    msgs: list[Any] = []
+    while len(msgs) < 3:
+        msgs += await sub.fetch(3 - len(msgs), timeout=5)
+
+    runner = BatchRunner("extract", worker.deps, batch_stage(STAGES))
+    await runner.batch(msgs)
+    assert (runner.metrics.acked, runner.metrics.dead_lettered) == (3, 0)
+    flt = OwnerFilter(tenant="acme", user="bo")
+    episodes = [m for m in await running.pg.list_memories(flt) if m.type is MemoryType.EPISODE]
+    assert len(episodes) == 2
+    twin = next(m for m in episodes if "opens at nine" in m.content)
+    assert twin.source_event_ids == ["n0", "n1"] and twin.indexed
+    record = (await worker.deps.vectors.fetch("acme", [twin.id]))[twin.id]
+    assert record["source_event_ids"] == ["n0", "n1"]
+    kinds = [
+        (e["kind"], e["detail"].get("source_event_id"))
+        for e in await running.pg.events_for("acme", twin.id)
+    ]
+    assert ("stored", "n0") in kinds and ("merged", "n1") in kinds
+    await drain_with_new_loops(running)

@@ -2,8 +2,10 @@
 
 from datetime import UTC, datetime
 
-from memstream.pipeline.dedupe import key
-from memstream.schemas.memory import Candidate, Owner
+import pytest
+
+from memstream.pipeline.dedupe import batch_neighbours, key
+from memstream.schemas.memory import Candidate, MemoryType, Owner
 
 
 def cand(content: str, user: str = "u", tenant: str = "t") -> Candidate:
@@ -36,3 +38,21 @@ def test_near_duplicate_needs_closeness_and_shared_words() -> None:
     assert near_duplicate(text, other, "own", 0.95) is None
     assert near_duplicate(text, [("own", 0.99, text)], "own", 0.95) is None
     assert near_duplicate(text, [("m1", 0.90, text)], "own", 0.95) is None
+
+
+def test_batch_neighbours_are_earlier_same_owner_same_type_and_close() -> None:
+    """Each looked-up candidate gets the earlier ones of its owner and type at least as close
+    as the bar (cosine of the vectors, whatever their length); another owner, another type, a
+    later candidate or one not looked up never counts."""
+    batch = [
+        cand("a"),
+        cand("b"),
+        cand("c", user="other"),
+        cand("d").model_copy(update={"type": MemoryType.PREFERENCE}),
+        cand("e"),
+    ]
+    x, near, far = [1.0, 0.0], [2.0, 0.2], [0.0, 1.0]  # cos(x, near) = 0.995
+    vectors = {0: x, 1: near, 2: x, 3: x, 4: far}
+    assert batch_neighbours(batch, vectors, 0.99) == {1: [(0, pytest.approx(0.995, abs=1e-3))]}
+    assert batch_neighbours(batch, {1: near, 4: far}, 0.99) == {}
+    assert batch_neighbours(batch, vectors, 0.999) == {}

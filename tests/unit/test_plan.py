@@ -84,3 +84,21 @@ def test_a_candidate_folded_on_an_earlier_try_stays_folded() -> None:
     assert [(d.action, d.target) for d in live] == [(Action.REFOLD, "m-earlier")]
     unfolded = plan([k], {("t", k.memory_id)}, {}, 0.9)
     assert unfolded[0].action is Action.MERGE  # without a fold, the exact duplicate takes it
+
+
+def test_near_duplicate_of_a_batch_mate_folds_into_it() -> None:
+    """A candidate close to an earlier candidate of its batch that is inserted is folded into
+    that one's memory; not into a mate that was itself folded elsewhere, and not without the
+    words in common. Without batch neighbours both are inserted, as before."""
+    first = key(cand("I really like green tea in the morning", "1"))
+    twin = key(cand("I really like green tea in the morning!", "2"))
+    other = key(cand("the deploy failed on Friday night", "3"))
+    out = plan([first, twin, other], set(), {0: [], 1: [], 2: []}, 0.9, None, {1: [(0, 0.97)]})
+    assert [d.action for d in out] == [Action.INSERT, Action.BATCH_MERGE, Action.INSERT]
+    assert out[1].target == first.memory_id
+    assert plan([first, twin], set(), {}, 0.9)[1].action is Action.INSERT
+    stored = {0: [("m-old", 0.96, "I really like green tea in the morning.")]}
+    out = plan([first, twin], set(), stored, 0.9, None, {1: [(0, 0.97)]})
+    assert [d.action for d in out] == [Action.NEAR_MERGE, Action.INSERT]
+    unlike = plan([first, other], set(), {}, 0.9, None, {1: [(0, 0.95)]})
+    assert [d.action for d in unlike] == [Action.INSERT, Action.INSERT]
