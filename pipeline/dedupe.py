@@ -3,6 +3,7 @@ what makes two texts near duplicates."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -46,14 +47,25 @@ def near_duplicate(
 ) -> str | None:
     """The nearest same-owner memory that is both semantically close (cosine at least
     ``min_similarity``) and says mostly the same words (overlap at least ``min_overlap``):
-    short turns of one day embed alike ("Yes!" / "Wow!"), so cosine alone over-merges.
-    The candidate's own id never counts (a replay is an exact duplicate, not a near one)."""
+    short turns of one day embed alike ("Yes!" / "Wow!"), so cosine alone over-merges. The
+    two must also name the same numbers: "the flight is at 10:30" is not a near duplicate of
+    "the flight is at 11:30", whose fold would lose the new time. The candidate's own id
+    never counts (a replay is an exact duplicate, not a near one)."""
+    mine = numbers(content)
     for mid, similarity, text in neighbours:
         if mid == own_id or similarity < min_similarity:
             continue
-        if word_overlap(content, text) >= min_overlap:
+        if word_overlap(content, text) >= min_overlap and numbers(text) == mine:
             return mid
     return None
+
+
+_NUMBER = re.compile(r"\d+(?:[.,:/]\d+)*")
+
+
+def numbers(text: str) -> frozenset[str]:
+    """The numbers ``text`` names (times, dates, amounts, versions), as written."""
+    return frozenset(_NUMBER.findall(text))
 
 
 def batch_neighbours(

@@ -40,6 +40,25 @@ def test_near_duplicate_needs_closeness_and_shared_words() -> None:
     assert near_duplicate(text, [("m1", 0.90, text)], "own", 0.95) is None
 
 
+def test_near_duplicates_name_the_same_numbers() -> None:
+    """Texts alike in meaning and words but naming other numbers (a time, a note, an amount)
+    are not folded: the fold would keep only the old number; the same numbers are."""
+    from memstream.pipeline.dedupe import near_duplicate
+
+    text = "remember that the flight to Lisbon leaves at 10:30 from gate 12"
+    moved = [("m1", 0.98, "remember that the flight to Lisbon leaves at 11:30 from gate 12")]
+    again = [("m2", 0.98, "remember that the flight to Lisbon leaves at 10:30 from gate 12!")]
+    note = "please remember note 30 for the project review"
+    assert near_duplicate(text, moved, "own", 0.95) is None
+    assert near_duplicate(text, again, "own", 0.95) == "m2"
+    assert (
+        near_duplicate(
+            note, [("m3", 0.97, "please remember note 20 for the project review")], "own", 0.95
+        )
+        is None
+    )
+
+
 def test_batch_neighbours_are_earlier_same_owner_same_type_and_close() -> None:
     """Each looked-up candidate gets the earlier ones of its owner and type at least as close
     as the bar (cosine of the vectors, whatever their length); another owner, another type, a
