@@ -35,7 +35,7 @@ from memstream.pipeline.plan import Action, plan
 from memstream.schemas.errors import InvalidMessage, PermanentError, TransientError
 from memstream.schemas.events import TurnEvent
 from memstream.schemas.ids import owner_key
-from memstream.schemas.memory import SHARED_SCOPES, Candidate, MemoryEvent
+from memstream.schemas.memory import SHARED_SCOPES, Candidate, MemoryEvent, MemoryRecord
 from memstream.schemas.subjects import msg_id
 from memstream.storage.ports import VectorFilter
 
@@ -91,19 +91,22 @@ async def _reindex(
     keys: Sequence[tuple[str, str]],
     followers: AbstractSet[str] = frozenset(),
     known: Mapping[str, Sequence[float]] | None = None,
-) -> list[str]:
+) -> tuple[list[str], dict[str, MemoryRecord]]:
     """(Re)build the index points of these memories from their rows, in one read, one
     embedding call (none for the ``known`` vectors) and one upsert: the ids upserted, to be
-    marked indexed (``_marked``); left to the reconciler when a store is away."""
+    marked indexed (``_marked``), and the rows read; left to the reconciler when a store is
+    away."""
+    rows: dict[str, MemoryRecord] = {}
     try:
         rows = await deps.pg.memories_by_id(list(dict.fromkeys(keys)))
-        return await indexing.upserted(
+        ids = await indexing.upserted(
             deps.pg, deps.vectors, deps.embedder, list(rows.values()), followers, known
         )
     except TransientError as exc:
         log.warning("store.vector_deferred", count=len(keys), reason=str(exc))
         deps.index_behind.set()  # the maintenance loop indexes them once the index answers
-        return []
+        return [], rows
+    return ids, rows
 
 
 async def _marked(deps: Deps, ids: Sequence[str]) -> None:
@@ -202,7 +205,8 @@ class Merges:
 
 async def settle(deps: Deps, merges: Merges) -> None:
     if merges.keys:
-        await _announced(deps, await _reindex(deps, merges.keys), merges.events)
+        upserted, _ = await _reindex(deps, merges.keys)
+        await _announced(deps, upserted, merges.events)
 
 
 async def deduped(
@@ -344,12 +348,22 @@ async def stored(deps: Deps, cands: Sequence[Candidate], merges: Merges | None =
         for k, new in zip(keyed, inserted, strict=True)
         if new and k.candidate.vector is not None
     }
-    upserted = await _reindex(
+    upserted, rows = await _reindex(
         deps,
         [*merges.keys, *((k.candidate.owner.tenant, k.memory_id) for k in keyed)],
         new_ids,
         known,
     )
+    # a row this candidate created on an earlier try (its first source: the try stored it,
+    # then failed before its events went out) is announced as stored, as that try would have
+    created = [
+        new
+        or (
+            (row := rows.get(k.memory_id)) is not None
+            and row.source_event_ids[:1] == [k.candidate.source_event_id]
+        )
+        for k, new in zip(keyed, inserted, strict=True)
+    ]
     at = deps.clock()
     await _announced(
         deps,
@@ -370,7 +384,7 @@ async def stored(deps: Deps, cands: Sequence[Candidate], merges: Merges | None =
                     k.candidate.source_event_id,
                     k.candidate.scope in SHARED_SCOPES,
                 )
-                for k, new in zip(keyed, inserted, strict=True)
+                for k, new in zip(keyed, created, strict=True)
             ),
         ],
     )

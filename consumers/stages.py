@@ -324,7 +324,13 @@ async def store_work(deps: Deps, body: bytes, subject: str) -> int:
     except TransientError as exc:  # kept in Postgres, not indexed: the reconciler retries
         log.warning("store.vector_deferred", memory_id=keyed.memory_id, reason=str(exc))
         deps.index_behind.set()
-    kind = "stored" if inserted else "merged"
+    created = inserted
+    if not inserted:  # created by this candidate on an earlier try (its first source)?
+        row = (await deps.pg.memories_by_id([(c.owner.tenant, keyed.memory_id)])).get(
+            keyed.memory_id
+        )
+        created = row is not None and row.source_event_ids[:1] == [c.source_event_id]
+    kind = "stored" if created else "merged"
     shared = c.scope in SHARED_SCOPES
     await deps.emit(event_of(c, kind, keyed.memory_id, deps.clock()), c.source_event_id, shared)
     return 1

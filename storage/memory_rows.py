@@ -169,7 +169,11 @@ class RowsMixin:
                 "type": c.type.value,
                 "redactions": c.redactions,
             }
-            kind = "stored" if m is None else "merged"
+            # a replay by the candidate that created the row (its first source) is that
+            # "stored" again, not a merge (as in PgStore)
+            kind = (
+                "stored" if m is None or m.source_event_ids[:1] == [c.source_event_id] else "merged"
+            )
             self._event(c.owner.tenant, mid, kind, c.source_event_id, detail)
             out.append(m is None)
         return out

@@ -58,7 +58,7 @@ ON CONFLICT (id) DO UPDATE SET
         THEN memories.updated_at ELSE $22 END,
     indexed = CASE WHEN $15 = ANY(memories.source_event_ids)
         THEN memories.indexed ELSE false END  -- the index record lists the sources
-RETURNING (xmax = 0) AS inserted
+RETURNING (xmax = 0) AS inserted, source_event_ids[1] = $15 AS own
 """
 # near-duplicate folds: each memory's new source events appended once, in the order given
 _MERGE_SET = """
@@ -143,6 +143,9 @@ class PgStore(PgReads, PgManaged, PgFacts, PgIndexRows, PgMaintenance, PgSwitche
             async with self._transaction() as con:
                 found = await con.fetchmany(_UPSERT_ROW, args)
                 inserted = [bool(r["inserted"]) for r in found]
+                # a replay by the candidate that created the row (its first source) is that
+                # "stored" again (its audit row exists already), not a merge
+                stored = [bool(r["inserted"] or r["own"]) for r in found]
                 await self._events(
                     con,
                     [
@@ -157,7 +160,7 @@ class PgStore(PgReads, PgManaged, PgFacts, PgIndexRows, PgMaintenance, PgSwitche
                                 "redactions": c.redactions,
                             },
                         )
-                        for (mid, _, c), new in zip(rows, inserted, strict=True)
+                        for (mid, _, c), new in zip(rows, stored, strict=True)
                     ],
                 )
         except _TRANSIENT as exc:

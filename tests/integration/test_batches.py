@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from workers import REFUSED, drain_with_new_loops, one_refused_memory_dead_lettered, refuse_inserts
 
-from memstream.consumers.batch_stages import BATCH_STAGES
+from memstream.consumers.batch_stages import BATCH_STAGES, stored
 from memstream.consumers.batching import BatchRunner
 from memstream.consumers.chains import batch_stage
 from memstream.consumers.dlq import dead_letters
@@ -231,3 +231,29 @@ async def test_near_duplicates_in_one_fused_batch_are_folded(running) -> None:
     ]
     assert ("stored", "n0") in kinds and ("merged", "n1") in kinds
     await drain_with_new_loops(running)
+
+
+async def test_a_store_retried_after_its_events_failed_announces_stored(running) -> None:
+    """A store try that wrote its memories but whose events did not go out (NATS away between
+    the commit and the publish) is tried again: the retry announces the memory it created as
+    ``stored``, as the first try would have, not as ``merged`` into itself."""
+    deps = running.worker.deps
+    c = candidate(1, distinct_note(1))
+    sent: list[str] = []
+    publish = deps.publish_many
+
+    async def failing(items: Any) -> None:
+        raise TimeoutError("nats did not answer")  # the first try's events
+
+    deps.publish_many = failing
+    with pytest.raises(TimeoutError):
+        await stored(deps, [c])
+
+    async def recording(items: Any) -> None:
+        sent.extend(msg.kind for _, msg, _ in items)
+        await publish(items)
+
+    deps.publish_many = recording
+    assert await stored(deps, [c]) == 1
+    assert sent == ["stored"]
+    deps.publish_many = publish
