@@ -9,7 +9,13 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from workers import REFUSED, drain_with_new_loops, one_refused_memory_dead_lettered, refuse_inserts
+from workers import (
+    REFUSED,
+    drain_with_new_loops,
+    one_refused_memory_dead_lettered,
+    one_turn_batch,
+    refuse_inserts,
+)
 
 from memstream.consumers.batch_stages import BATCH_STAGES, stored
 from memstream.consumers.batching import BatchRunner
@@ -167,18 +173,8 @@ async def test_a_failing_fused_batch_goes_on_over_the_stage_subjects(running) ->
     alone by the store stage, with its reason, on its first delivery."""
     await refuse_inserts(running.pg)
     worker = running.worker
-    loops = worker.broker.pulls
-    await loops.stop()  # the test fetches the extract stage's batch itself
-    s, js = worker.deps.subjects, worker.deps.js
     texts = ["tea at noon", f"{REFUSED} here", "the deploy is on Friday", "blue vase", "cello"]
-    async with running.client("acme", user="bo") as mem:
-        for i, text in enumerate(texts):
-            await mem.publish_turn([("user", text)], session="s1", event_id=f"t{i}")
-    stream, durable = s.stream("turns"), s.durable("extract")
-    sub = await js.pull_subscribe_bind(durable=durable, stream=stream)
-    msgs: list[Any] = []
-    while len(msgs) < 5:
-        msgs += await sub.fetch(5 - len(msgs), timeout=5)
+    msgs = await one_turn_batch(running, texts, "t")
 
     runner = BatchRunner("extract", worker.deps, batch_stage(STAGES))
     await runner.batch(msgs)
@@ -186,7 +182,7 @@ async def test_a_failing_fused_batch_goes_on_over_the_stage_subjects(running) ->
     metrics = worker.deps.metrics
     assert metrics["dedupe"].fused == 5 and metrics["store"].fused == 0  # failed at store
     stream_, cfg = topology(running.settings).consumers["redact"]
-    info = await js.consumer_info(stream_, cfg.durable_name or "")
+    info = await worker.deps.js.consumer_info(stream_, cfg.durable_name or "")
     assert info.num_pending == 5 and info.delivered.consumer_seq == 0  # the singles' output
     await drain_with_new_loops(running)
     assert await one_refused_memory_dead_lettered(running) == {"t0", "t2", "t3", "t4"}
@@ -200,20 +196,12 @@ async def test_near_duplicates_in_one_fused_batch_are_folded(running) -> None:
     candidate and announced as ``merged``, and the index record lists both sources. A
     distinct turn of the batch is stored as usual."""
     worker = running.worker
-    await worker.broker.pulls.stop()  # the test fetches the extract stage's batch itself
-    s, js = worker.deps.subjects, worker.deps.js
     texts = [
         "remember that the harbor bridge opens at nine every morning",
         "remember that the harbor bridge opens at nine every morning!",
         distinct_note(7),
     ]
-    async with running.client("acme", user="bo") as mem:
-        for i, text in enumerate(texts):
-            await mem.publish_turn([("user", text)], session="s1", event_id=f"n{i}")
-    sub = await js.pull_subscribe_bind(durable=s.durable("extract"), stream=s.stream("turns"))
-    msgs: list[Any] = []
-    while len(msgs) < 3:
-        msgs += await sub.fetch(3 - len(msgs), timeout=5)
+    msgs = await one_turn_batch(running, texts, "n")
 
     runner = BatchRunner("extract", worker.deps, batch_stage(STAGES))
     await runner.batch(msgs)

@@ -18,7 +18,13 @@ from typing import Any
 import pytest
 from prometheus_client import generate_latest
 from test_batches import TOKENS, distinct_note
-from workers import REFUSED, drain_with_new_loops, one_refused_memory_dead_lettered, refuse_inserts
+from workers import (
+    REFUSED,
+    drain_with_new_loops,
+    one_refused_memory_dead_lettered,
+    one_turn_batch,
+    refuse_inserts,
+)
 
 from memstream.consumers.batching import BatchRunner
 from memstream.consumers.chains import batch_stage
@@ -96,17 +102,8 @@ async def test_a_failing_helped_batch_goes_on_over_the_stage_subjects(running) -
     the four good turns are stored, the refused memory is dead-lettered alone."""
     await refuse_inserts(running.pg)
     worker = running.worker
-    loops = worker.broker.pulls
-    await loops.stop()
-    s, js = worker.deps.subjects, worker.deps.js
     texts = ["tea at noon", f"{REFUSED} here", "the deploy is on Friday", "blue vase", "cello"]
-    async with running.client("acme", user="bo") as mem:
-        for i, text in enumerate(texts):
-            await mem.publish_turn([("user", text)], session="s1", event_id=f"t{i}")
-    sub = await js.pull_subscribe_bind(durable=s.durable("extract"), stream=s.stream("turns"))
-    msgs: list[Any] = []
-    while len(msgs) < 5:
-        msgs += await sub.fetch(5 - len(msgs), timeout=5)
+    msgs = await one_turn_batch(running, texts, "t")
     runner = BatchRunner("extract", worker.deps, batch_stage(STAGES, helped=True))
     prepared = worker.services.helper.prepared
     await runner.batch(msgs)

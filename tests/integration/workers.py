@@ -30,6 +30,23 @@ async def start_worker(settings: Settings, pg: PgStore, embedder: Embedder) -> W
     return worker
 
 
+async def one_turn_batch(running: Any, texts: list[str], prefix: str) -> list[Any]:
+    """Stop the running worker's pull loops, publish ``texts`` as turns of acme/bo's session
+    s1 (event ids ``prefix`` + position) and fetch them as one extract batch, as a stage loop
+    would have: the test hands it to a runner itself."""
+    worker = running.worker
+    await worker.broker.pulls.stop()
+    s, js = worker.deps.subjects, worker.deps.js
+    async with running.client("acme", user="bo") as mem:
+        for i, text in enumerate(texts):
+            await mem.publish_turn([("user", text)], session="s1", event_id=f"{prefix}{i}")
+    sub = await js.pull_subscribe_bind(durable=s.durable("extract"), stream=s.stream("turns"))
+    msgs: list[Any] = []
+    while len(msgs) < len(texts):
+        msgs += await sub.fetch(len(texts) - len(msgs), timeout=5)
+    return msgs
+
+
 async def refuse_inserts(pg: PgStore) -> None:
     """A trigger in the test's schema that raises SQLSTATE 22023 for a memory containing
     ``REFUSED`` (test setup through the pool: no API would add one)."""
