@@ -3,8 +3,7 @@
 The embedded default (no ``qdrant_url``). One point per memory, id = memory id, a named dense
 vector (cosine, int8 scalar-quantized, rescored) and a sparse vector ``bm25`` (the keyword leg;
 points upserted without ``sparse`` have none and never match ``search_sparse``). The payload
-is every field of ``VectorPoint`` but the vectors, plus the point's owner keys ``o_t``,
-``o_u``, ``o_a``, ``o_ua`` (see ``owner_key``; every search filters on one): keyword indexes
+and the filters are laid out in ``storage/edge_layout.py`` (the owner keys there): keyword indexes
 on tenant (a tenant index), the owner keys, user, agent, session, type, scope, tags; float
 indexes on occurred_at and expires_at; a bool index on pinned; ``record`` stored unindexed
 and handed back by ``fetch`` / ``with_records=True``.
@@ -52,20 +51,28 @@ before the call (``ValueError``).
 from __future__ import annotations
 
 import asyncio
-import base64
-import hashlib
 import json
 import re
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from functools import lru_cache
 from pathlib import Path
 from typing import Any, Literal, TypeVar, overload
 
 import qdrant_edge as qe
 
 from memstream.schemas.errors import ConfigurationError, MemstreamError, StorageUnavailable
+from memstream.storage.edge_layout import (
+    BOOL_FIELDS,
+    EXACT_FIELD,
+    FLOAT_FIELDS,
+    KEYWORD_FIELDS,
+    edge_filter,
+    match_value,
+    owned_hits,
+    payload,
+    stored_record,
+)
 from memstream.storage.expiries import Expiries
 from memstream.storage.ports import (
     Hit,
@@ -75,7 +82,6 @@ from memstream.storage.ports import (
     VectorFilter,
     VectorPoint,
     sparse_pairs,
-    visible,
 )
 from memstream.storage.termstats import MIN_IDF, TermStats
 
@@ -84,24 +90,6 @@ __all__ = ["EdgeVectorIndex"]
 T = TypeVar("T")
 
 SPARSE_NAME = "bm25"
-# the owner key fields by what the filter names (``owner_key``)
-OWNER_FIELDS = {"t": "o_t", "u": "o_u", "a": "o_a", "ua": "o_ua"}
-# the key of the point's exact owner (its own kind): own reads match the owner exactly, so a
-# user-only caller never sees the user's memories with an agent (``o_u`` holds both)
-EXACT_FIELD = "o_x"
-KEYWORD_FIELDS = (
-    *OWNER_FIELDS.values(),
-    EXACT_FIELD,
-    "user",
-    "agent",
-    "session",
-    "type",
-    "scope",
-    "project",
-    "tags",
-)
-FLOAT_FIELDS = ("occurred_at", "expires_at")
-BOOL_FIELDS = ("pinned",)
 _DIRECT_WRITE_MAX = 16  # points per write run on the loop; larger batches go to a thread
 # points converted for the engine between two yields to the event loop: about 1 ms, so a
 # recall waits for one slice, not for the whole batch's conversion
@@ -125,136 +113,6 @@ def stored_dim(path: Path, vector_name: str = "dense") -> int | None:
         return int(config["vectors"][vector_name]["size"])
     except (OSError, ValueError, KeyError, TypeError):
         return None
-
-
-def owner_kind(user: str | None, agent: str | None) -> str:
-    if user is not None and agent is not None:
-        return "ua"
-    return "u" if user is not None else "a" if agent is not None else "t"
-
-
-@lru_cache(maxsize=8192)  # built for both legs of every search
-def owner_key(tenant: str, user: str | None, agent: str | None) -> str:
-    """The key of a tenant, or of a tenant's user, agent or user-and-agent: BLAKE2b-88 of the
-    unambiguous JSON ``[kind, tenant, user?, agent?]``, 15 characters of base64url. Kept in
-    its own scalar field per kind (``OWNER_FIELDS``), because a filtered dense search checks
-    the value of every point it visits and the engine keeps keyword values of up to 15 bytes
-    inline: a longer value, or a list of values, makes every filtered search markedly slower
-    (docs/benchmarks.md). A collision would need a
-    second preimage of an 88-bit hash, and is harmless: ``fetch`` checks the tenant of every
-    record, recall the user and agent, searches with records all three."""
-    parts = [owner_kind(user, agent), tenant, *(v for v in (user, agent) if v is not None)]
-    digest = hashlib.blake2b(json.dumps(parts).encode(), digest_size=11).digest()
-    return base64.urlsafe_b64encode(digest).rstrip(b"=").decode()  # 11 bytes: 15 characters
-
-
-def owner_payload(tenant: str, user: str | None, agent: str | None) -> dict[str, str]:
-    """The owner keys a point of this owner carries (one per kind it has)."""
-    keys = {OWNER_FIELDS["t"]: owner_key(tenant, None, None)}
-    if user is not None:
-        keys[OWNER_FIELDS["u"]] = owner_key(tenant, user, None)
-    if agent is not None:
-        keys[OWNER_FIELDS["a"]] = owner_key(tenant, None, agent)
-    if user is not None and agent is not None:
-        keys[OWNER_FIELDS["ua"]] = owner_key(tenant, user, agent)
-    keys[EXACT_FIELD] = owner_key(tenant, user, agent)
-    return keys
-
-
-def payload(p: VectorPoint) -> dict[str, Any]:
-    """Everything in the point but the vectors; absent values are stored as null. The record
-    is one JSON string: the engine converts a Python dict key by key, which took half of a
-    point's conversion, and a string at once (``_record`` reads both forms)."""
-    return {
-        **owner_payload(p.tenant, p.user, p.agent),
-        "tenant": p.tenant,
-        "user": p.user,
-        "agent": p.agent,
-        "session": p.session,
-        "type": p.type.value,
-        "scope": p.scope.value,
-        "project": p.project,
-        "occurred_at": p.occurred_at,
-        "expires_at": p.expires_at,
-        "pinned": p.pinned,
-        "tags": list(p.tags),
-        "record": json.dumps(p.record, separators=(",", ":")),
-    }
-
-
-def _match(key: str, value: str) -> qe.FieldCondition:
-    return qe.FieldCondition(key, match=qe.MatchValue(value))
-
-
-def _owner_conditions(flt: VectorFilter) -> tuple[list[Any], list[Any]]:
-    """(must, must_not) for whose points ``flt`` reads (``VectorFilter``'s owner rules): one
-    exact owner key, a tenant key with ``should`` over the owner and the shared scopes, an
-    agent (or tenant) key without a user for peer reads, or the tenant key alone."""
-    tenant_key = _match(OWNER_FIELDS["t"], owner_key(flt.tenant, None, None))
-    if flt.peer:
-        kind = "a" if flt.agent is not None else "t"
-        must: list[Any] = [
-            _match(OWNER_FIELDS[kind], owner_key(flt.tenant, None, flt.agent)),
-            qe.IsEmptyCondition("user"),
-        ]
-        must_not: list[Any] = [qe.IsEmptyCondition("agent")]
-        if flt.exclude_agent is not None:
-            must_not.append(_match("agent", flt.exclude_agent))
-        return must, must_not
-    if flt.user is None and flt.agent is None:
-        return [tenant_key], []
-    own = _match(EXACT_FIELD, owner_key(flt.tenant, flt.user, flt.agent))
-    if not flt.shared:
-        return [own], []
-    shared: list[Any] = [own, _match("scope", "global")]
-    if flt.project is not None:
-        shared.append(qe.Filter(must=[_match("scope", "project"), _match("project", flt.project)]))
-    return [tenant_key, qe.Filter(should=shared)], []
-
-
-def edge_filter(flt: VectorFilter, may_expire: bool = True) -> qe.Filter:
-    """Whose points (``_owner_conditions``); every other field of ``flt`` narrows (AND);
-    expired points are hidden. ``may_expire=False`` (no point of the tenant has expired at
-    ``flt.now``: ``Expiries``) leaves the expiry condition out: on an unindexed segment it is
-    checked on every point visited, a cost each leg pays for nothing when nothing expired."""
-    must, must_not = _owner_conditions(flt)
-    if flt.session is not None:
-        must.append(_match("session", flt.session))
-    if flt.types:
-        must.append(qe.FieldCondition("type", match=qe.MatchAny([t.value for t in flt.types])))
-    if flt.scopes:
-        must.append(qe.FieldCondition("scope", match=qe.MatchAny([s.value for s in flt.scopes])))
-    must += [_match("tags", tag) for tag in flt.tags]  # one condition per tag: all of them
-    if flt.occurred_from is not None or flt.occurred_to is not None:
-        span = qe.RangeFloat(gte=flt.occurred_from, lte=flt.occurred_to)
-        must.append(qe.FieldCondition("occurred_at", range=span))
-    if flt.now is not None and may_expire:  # a null expires_at never matches the range: kept
-        must_not.append(qe.FieldCondition("expires_at", range=qe.RangeFloat(lte=flt.now)))
-    return qe.Filter(must=must, must_not=must_not or None)
-
-
-def _record(payload: dict[str, Any] | None) -> Record:
-    """The record of a stored point: a JSON string, or a dict in a shard written before."""
-    record = (payload or {}).get("record")
-    if isinstance(record, str):
-        try:
-            record = json.loads(record)
-        except ValueError:
-            return {}
-    return record if isinstance(record, dict) else {}
-
-
-def _owned(hits: Sequence[qe.ScoredPoint], flt: VectorFilter) -> list[RecordHit]:
-    """The hits ``flt``'s owner may read, with their records: the payloads are read anyway,
-    so the owner is checked exactly here, not only by the engine's keyword filter."""
-    out = []
-    for h in hits:
-        p = h.payload or {}
-        if p.get("tenant") == flt.tenant and visible(
-            flt, p.get("user"), p.get("agent"), str(p.get("scope")), p.get("project")
-        ):
-            out.append((str(h.id), float(h.score), _record(p)))
-    return out
 
 
 def _engine_error(exc: Exception, action: str, path: Path) -> MemstreamError:
@@ -549,7 +407,7 @@ class EdgeVectorIndex:
         inline = limit <= self.direct_search_max and self.searches_inline
         hits = await self._read("query", inline, self.shard.query, request)
         if with_records:
-            return _owned(hits, flt)
+            return owned_hits(hits, flt)
         return [(str(h.id), float(h.score)) for h in hits]
 
     def _dense_request(
@@ -613,7 +471,7 @@ class EdgeVectorIndex:
             batches = await self._read(
                 "query", False, self.shard.query_batch, qe.QueryBatchRequest(requests)
             )
-            found += [_owned(hits, flt) for (_, flt), hits in zip(part, batches, strict=True)]
+            found += [owned_hits(hits, flt) for (_, flt), hits in zip(part, batches, strict=True)]
         return found
 
     @overload
@@ -683,7 +541,7 @@ class EdgeVectorIndex:
         for r in found:
             p = r.payload  # each read of .payload converts the whole payload again: read once
             if p is not None and p.get("tenant") == tenant:
-                records[given[str(r.id)]] = _record(p)
+                records[given[str(r.id)]] = stored_record(p)
         return records
 
     async def delete(self, tenant: str, ids: Sequence[str]) -> None:
@@ -692,7 +550,7 @@ class EdgeVectorIndex:
             return
         given = list(self._ids(ids))
         op = qe.UpdateOperation.delete_points_by_filter(
-            qe.Filter(must=[qe.HasIdCondition(set(given)), _match("tenant", tenant)])
+            qe.Filter(must=[qe.HasIdCondition(set(given)), match_value("tenant", tenant)])
         )
         async with self._write_lock:
             old = await self._stored(given, tenant)
@@ -701,7 +559,7 @@ class EdgeVectorIndex:
 
     async def count(self, tenant: str | None = None) -> int:
         """Points stored, of one tenant or of all (expired ones included)."""
-        flt = qe.Filter(must=[_match("tenant", tenant)]) if tenant is not None else None
+        flt = qe.Filter(must=[match_value("tenant", tenant)]) if tenant is not None else None
         return self._call("count", self.shard.count, qe.CountRequest(exact=True, filter=flt))
 
     def layout(self) -> dict[str, int]:

@@ -15,9 +15,10 @@ from memstream.consumers.services import Services
 from memstream.schemas.memory import MemoryType, Scope
 from memstream.schemas.recall import RecallRequest
 from memstream.schemas.settings import Settings
+from memstream.storage.edge_layout import owner_payload
 from memstream.storage.memory import MemoryStore
 from memstream.storage.ports import VectorFilter, VectorPoint
-from memstream.storage.qdrant_edge import EdgeVectorIndex, owner_payload
+from memstream.storage.qdrant_edge import EdgeVectorIndex
 
 ANN = VectorFilter(tenant="acme", user="ann")
 

@@ -22,9 +22,10 @@ from qdrant_client import AsyncQdrantClient, models
 
 from memstream.schemas.errors import ConfigurationError, StorageUnavailable
 from memstream.schemas.memory import MemoryType, Scope
+from memstream.storage.edge_layout import edge_filter
+from memstream.storage.edge_layout import payload as edge_payload
 from memstream.storage.ports import IdfScope, VectorFilter, VectorIndex, VectorPoint
-from memstream.storage.qdrant_edge import EdgeVectorIndex, edge_filter
-from memstream.storage.qdrant_edge import payload as edge_payload
+from memstream.storage.qdrant_edge import EdgeVectorIndex
 from memstream.storage.qdrant_server import ServerVectorIndex
 
 pytestmark = [
@@ -869,7 +870,8 @@ def test_edge_acknowledged_upsert_survives_a_killed_process(tmp_path: Path) -> N
     script = textwrap.dedent(
         f"""
         import asyncio, os
-        from memstream.storage.qdrant_edge import EdgeVectorIndex, edge_filter
+        from memstream.storage.edge_layout import edge_filter
+        from memstream.storage.qdrant_edge import EdgeVectorIndex
         from memstream.storage.ports import VectorPoint
         from memstream.schemas.memory import MemoryType, Scope
 

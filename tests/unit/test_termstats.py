@@ -73,7 +73,7 @@ def test_owner_keys_are_unambiguous_and_short() -> None:
     """The Edge adapter's owner keys: a point carries the key of its tenant, its user, its
     agent and of both, each in its own field; ids holding separators or quotes cannot collide
     with other owners; every key fits the engine's 15-byte inline keyword values."""
-    from memstream.storage.qdrant_edge import EXACT_FIELD, OWNER_FIELDS, owner_key, owner_payload
+    from memstream.storage.edge_layout import EXACT_FIELD, OWNER_FIELDS, owner_key, owner_payload
 
     assert owner_payload("acme", "ann", "bot") == {
         OWNER_FIELDS["t"]: owner_key("acme", None, None),
