@@ -28,6 +28,16 @@ from memstream.schemas.settings import Settings
 from memstream.storage.embedding import make_embedder
 
 
+def cpu_gauge() -> float:
+    """Seconds a fixed pure-Python loop takes now: machines (and one machine over an hour)
+    differ by 40% here, so results are printed with it."""
+    t0 = time.perf_counter()
+    total = 0
+    for i in range(10_000_000):
+        total += i
+    return round(time.perf_counter() - t0, 2)
+
+
 def percentile(values: list[float], q: float) -> float:
     """Nearest-rank percentile (q in 0..100) of a non-empty list."""
     ordered = sorted(values)

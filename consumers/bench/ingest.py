@@ -33,7 +33,7 @@ from typing import Any
 import nats
 
 from memstream.consumers.bench.conversations import DAYS, THINGS, long_text, sessions, turns
-from memstream.consumers.bench.harness import percentile, progress
+from memstream.consumers.bench.harness import cpu_gauge, percentile, progress
 from memstream.consumers.bench.pipelines import Counts, in_process, in_processes
 from memstream.consumers.natsconn import nats_options
 from memstream.producers.client import MemoryClient
@@ -136,6 +136,7 @@ def stage_report(before: Counts, after: Counts, elapsed: float) -> dict[str, dic
 
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
+    gauge = cpu_gauge()  # before any worker runs: how fast this machine is now
     pipeline = in_process() if args.processes == 0 else in_processes(args.processes - 1)
     async with pipeline as pipe:
         namespace = pipe.settings.namespace
@@ -262,6 +263,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         "tenants": args.tenants,
         "sessions": len(pool),
         "bare_hop": hop,
+        "cpu_gauge_s": gauge,
         "throughput": {
             "turns_per_s": round(turns_per_s, 1),
             "seconds": round(elapsed, 2),
@@ -337,6 +339,7 @@ def main(args: argparse.Namespace) -> int:
     )
     print(f"{'measure':<40} value")
     rows = [
+        ("CPU gauge (10M-step Python loop)", f"{r['cpu_gauge_s']} s"),
         ("bare JetStream hop (publish, pull+ack)", f"{hop['msgs_per_s']:,.0f} msgs/s"),
         ("end to end (publish to recallable)", f"{t['turns_per_s']:,.1f} turns/s"),
         ("ratio to the bare hop", f"{100 * t['ratio_to_bare_hop']:.2f} %"),

@@ -18,7 +18,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from memstream.consumers import indexing
-from memstream.consumers.bench.harness import bench_stack, percentile, progress
+from memstream.consumers.bench.harness import bench_stack, cpu_gauge, percentile, progress
 from memstream.consumers.run import cpu_latency, locked
 from memstream.pipeline import dedupe
 from memstream.schemas.memory import Candidate, MemoryType, Owner
@@ -284,16 +284,6 @@ def stats(latencies: list[float], server: list[float], wall_s: float) -> dict[st
         "server_p50": round(percentile(server, 50), 3),
         "server_p95": round(percentile(server, 95), 3),
     }
-
-
-def cpu_gauge() -> float:
-    """Seconds a fixed pure-Python loop takes now: machines (and one machine over an hour)
-    differ by 40% here, so results are printed with it."""
-    t0 = time.perf_counter()
-    total = 0
-    for i in range(10_000_000):
-        total += i
-    return round(time.perf_counter() - t0, 2)
 
 
 def part_stats(parts: list[dict[str, float]]) -> dict[str, dict[str, float]]:

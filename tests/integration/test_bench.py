@@ -141,6 +141,7 @@ def test_ingest_bench_reports_throughput_latency_and_loses_nothing(
     assert r["throughput"]["missing"] == 0 and r["paced"]["missing"] == 0
     hop, t = r["bare_hop"], r["throughput"]
     assert hop["msgs_per_s"] > 0 and t["turns_per_s"] > 0 and t["seconds"] > 0
+    assert r["cpu_gauge_s"] > 0  # how fast the machine was, printed with the figures
     assert t["ratio_to_bare_hop"] == pytest.approx(t["turns_per_s"] / hop["msgs_per_s"], rel=0.01)
     # each turn has an episode and most carry typed candidates too (the generator plants them)
     assert 1.2 <= r["candidates_per_turn"] <= 3.0
