@@ -16,7 +16,14 @@ from typing import Any
 
 import qdrant_edge as qe
 
-from memstream.storage.ports import Record, RecordHit, VectorFilter, VectorPoint, visible
+from memstream.storage.ports import (
+    Record,
+    RecordHit,
+    VectorFilter,
+    VectorPoint,
+    payload_fields,
+    visible,
+)
 
 # the owner key fields by what the filter names (``owner_key``)
 OWNER_FIELDS = {"t": "o_t", "u": "o_u", "a": "o_a", "ua": "o_ua"}
@@ -78,17 +85,7 @@ def payload(p: VectorPoint) -> dict[str, Any]:
     point's conversion, and a string at once (``stored_record`` reads both forms)."""
     return {
         **owner_payload(p.tenant, p.user, p.agent),
-        "tenant": p.tenant,
-        "user": p.user,
-        "agent": p.agent,
-        "session": p.session,
-        "type": p.type.value,
-        "scope": p.scope.value,
-        "project": p.project,
-        "occurred_at": p.occurred_at,
-        "expires_at": p.expires_at,
-        "pinned": p.pinned,
-        "tags": list(p.tags),
+        **payload_fields(p),
         "record": json.dumps(p.record, separators=(",", ":")),
     }
 

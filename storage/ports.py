@@ -197,3 +197,21 @@ def sparse_pairs(sparse: Mapping[int, float]) -> tuple[list[int], list[float]]:
     if indices and (indices[0] < 0 or indices[-1] > SPARSE_INDEX_MAX):
         raise ValueError(f"sparse indices must be in 0..{SPARSE_INDEX_MAX}")
     return indices, [float(sparse[i]) for i in indices]
+
+
+def payload_fields(p: VectorPoint) -> dict[str, Any]:
+    """The fields of ``p`` both adapters store as its payload, absent values as null: all but
+    the vectors and the record, whose form each adapter picks."""
+    return {
+        "tenant": p.tenant,
+        "user": p.user,
+        "agent": p.agent,
+        "session": p.session,
+        "type": p.type.value,
+        "scope": p.scope.value,
+        "project": p.project,
+        "occurred_at": p.occurred_at,
+        "expires_at": p.expires_at,
+        "pinned": p.pinned,
+        "tags": list(p.tags),
+    }

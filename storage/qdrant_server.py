@@ -39,6 +39,7 @@ from memstream.storage.ports import (
     RecordHit,
     VectorFilter,
     VectorPoint,
+    payload_fields,
     sparse_pairs,
 )
 
@@ -67,20 +68,7 @@ except ImportError:  # pragma: no cover
 
 def payload(p: VectorPoint) -> dict[str, Any]:
     """Everything in the point but the vectors; absent values are stored as null."""
-    return {
-        "tenant": p.tenant,
-        "user": p.user,
-        "agent": p.agent,
-        "session": p.session,
-        "type": p.type.value,
-        "scope": p.scope.value,
-        "project": p.project,
-        "occurred_at": p.occurred_at,
-        "expires_at": p.expires_at,
-        "pinned": p.pinned,
-        "tags": list(p.tags),
-        "record": dict(p.record),
-    }
+    return {**payload_fields(p), "record": dict(p.record)}
 
 
 def _match(key: str, value: str) -> models.FieldCondition:
