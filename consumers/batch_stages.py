@@ -24,6 +24,7 @@ from memstream.consumers.stages import (
     StageMetrics,
     _redact_candidate,
     carried,
+    created_by,
     decode,
     event_of,
     with_vectors,
@@ -354,14 +355,8 @@ async def stored(deps: Deps, cands: Sequence[Candidate], merges: Merges | None =
         new_ids,
         known,
     )
-    # a row this candidate created on an earlier try (its first source: the try stored it,
-    # then failed before its events went out) is announced as stored, as that try would have
     created = [
-        new
-        or (
-            (row := rows.get(k.memory_id)) is not None
-            and row.source_event_ids[:1] == [k.candidate.source_event_id]
-        )
+        new or created_by(rows.get(k.memory_id), k.candidate)
         for k, new in zip(keyed, inserted, strict=True)
     ]
     at = deps.clock()

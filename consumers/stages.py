@@ -26,7 +26,7 @@ from memstream.pipeline.lexical import dated
 from memstream.pipeline.redact import Redacts
 from memstream.schemas.errors import InvalidMessage, PermanentError, TransientError, describe
 from memstream.schemas.events import TurnEvent
-from memstream.schemas.memory import SHARED_SCOPES, Candidate, MemoryEvent, Owner
+from memstream.schemas.memory import SHARED_SCOPES, Candidate, MemoryEvent, MemoryRecord, Owner
 from memstream.schemas.subjects import (
     MSG_ID_HEADER,
     Subjects,
@@ -306,6 +306,13 @@ async def dedupe_work(deps: Deps, body: bytes, subject: str) -> int:
     return 1
 
 
+def created_by(row: MemoryRecord | None, c: Candidate) -> bool:
+    """Whether ``c`` created ``row`` (its first source): a try that stored it and failed
+    before its events went out. Tried again, it is announced as stored, as that try would
+    have, never as merged into itself (``PgStore.upsert_many`` keys its audit row alike)."""
+    return row is not None and row.source_event_ids[:1] == [c.source_event_id]
+
+
 async def store_work(deps: Deps, body: bytes, subject: str) -> int:
     c = _on_stage(deps, subject, "store", decode(Candidate, body))
     if not c.redacted:
@@ -325,11 +332,9 @@ async def store_work(deps: Deps, body: bytes, subject: str) -> int:
         log.warning("store.vector_deferred", memory_id=keyed.memory_id, reason=str(exc))
         deps.index_behind.set()
     created = inserted
-    if not inserted:  # created by this candidate on an earlier try (its first source)?
-        row = (await deps.pg.memories_by_id([(c.owner.tenant, keyed.memory_id)])).get(
-            keyed.memory_id
-        )
-        created = row is not None and row.source_event_ids[:1] == [c.source_event_id]
+    if not inserted:  # created by this candidate on an earlier try?
+        rows = await deps.pg.memories_by_id([(c.owner.tenant, keyed.memory_id)])
+        created = created_by(rows.get(keyed.memory_id), c)
     kind = "stored" if created else "merged"
     shared = c.scope in SHARED_SCOPES
     await deps.emit(event_of(c, kind, keyed.memory_id, deps.clock()), c.source_event_id, shared)

@@ -5,6 +5,7 @@ fused batch that fails goes on over the stage subjects."""
 
 from __future__ import annotations
 
+import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -17,7 +18,7 @@ from workers import (
     refuse_inserts,
 )
 
-from memstream.consumers.batch_stages import BATCH_STAGES, stored
+from memstream.consumers.batch_stages import BATCH_STAGES, Merges, stored
 from memstream.consumers.batching import BatchRunner
 from memstream.consumers.chains import batch_stage
 from memstream.consumers.dlq import dead_letters
@@ -245,3 +246,16 @@ async def test_a_store_retried_after_its_events_failed_announces_stored(running)
     assert await stored(deps, [c]) == 1
     assert sent == ["stored"]
     deps.publish_many = publish
+
+
+async def test_a_fold_whose_mate_was_not_written_stores_the_candidate(running) -> None:
+    """A candidate to fold into a batch mate that is not there (the mate was not written: an
+    earlier try had folded it elsewhere) is stored as a memory of its own, never dropped."""
+    deps = running.worker.deps
+    c = candidate(2, distinct_note(2))
+    missing = str(uuid.uuid4())
+    assert await stored(deps, [], Merges([], [], [(c, missing)])) == 0
+    flt = OwnerFilter(tenant="acme", user="bo")
+    kept = [m for m in await running.pg.list_memories(flt) if m.content == c.content]
+    assert len(kept) == 1 and kept[0].source_event_ids == [c.source_event_id]
+    assert await running.pg.folded_among([("acme", c.candidate_id)]) == {}
