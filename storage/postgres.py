@@ -173,8 +173,8 @@ class PgStore(PgReads, PgManaged, PgFacts, PgIndexRows, PgMaintenance, PgSwitche
         events: Sequence[tuple[str, str | None, str, str, dict[str, Any]]],
         keys: Sequence[str | None] = (),
     ) -> None:
-        """``_event`` for many audit rows (tenant, memory id, kind, cause, detail), pipelined;
-        ``keys``, when given, one per row, as ``_event``'s ``key``."""
+        """``_event`` for many audit rows (tenant, memory id, kind, cause, detail), in one
+        statement over arrays; ``keys``, when given, one per row, as ``_event``'s ``key``."""
         if not events:
             return
         keyed = list(keys) or [None] * len(events)
