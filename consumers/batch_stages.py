@@ -27,6 +27,7 @@ from memstream.consumers.stages import (
     created_by,
     decode,
     event_of,
+    near_filter,
     with_vectors,
 )
 from memstream.pipeline import dedupe, lifecycle, llm_extract
@@ -38,7 +39,6 @@ from memstream.schemas.events import TurnEvent
 from memstream.schemas.ids import owner_key
 from memstream.schemas.memory import SHARED_SCOPES, Candidate, MemoryEvent, MemoryRecord
 from memstream.schemas.subjects import msg_id
-from memstream.storage.ports import VectorFilter
 
 
 def decode_turn(deps: Deps, body: bytes, subject: str) -> TurnEvent:
@@ -245,22 +245,12 @@ async def deduped(
         vectors = [computed[i] for i in fresh]
         now = deps.clock().timestamp()
         queries = [
-            (
-                vector,
-                VectorFilter(
-                    tenant=cands[i].owner.tenant,
-                    user=cands[i].owner.user,
-                    agent=cands[i].owner.agent,
-                    types=(cands[i].type,),
-                    now=now,
-                ),
-            )
-            for i, vector in zip(fresh, vectors, strict=True)
+            (vector, near_filter(cands[i], now)) for i, vector in zip(fresh, vectors, strict=True)
         ]
         try:
             found = await deps.vectors.search_many(queries, 3)
             for i, hits in zip(fresh, found, strict=True):
-                neighbours[i] = [(mid, s, str(r.get("text", ""))) for mid, s, r in hits]
+                neighbours[i] = dedupe.neighbours(cands[i], hits)
         except TransientError as exc:  # index down: exact dedupe only; store keeps it unindexed
             log.warning("dedupe.near_check_skipped", reason=type(exc).__name__)
             neighbours = {}

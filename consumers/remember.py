@@ -3,7 +3,7 @@
 - redaction as the redact stage does it, expiry by ``lifecycle.expires_at``;
 - the store decision by ``plan`` over a batch of one: an exact duplicate merges into its
   memory, a near duplicate (same owner, close in meaning and in words, a memory it may fold
-  into: ``pipeline.remember.foldable``) is folded into that one, anything else is inserted;
+  into: ``pipeline.dedupe.foldable``) is folded into that one, anything else is inserted;
 - the fold is recorded under the candidate id, so that remembering the same text again finds
   where it went even when the index is away on that try;
 - the index may be away: the near-duplicate check is skipped, the memory is kept in Postgres
@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from memstream.consumers import indexing
 from memstream.consumers.logs import log
 from memstream.consumers.offload import offload
-from memstream.consumers.stages import Deps, _redact_candidate
+from memstream.consumers.stages import Deps, _redact_candidate, near_filter
 from memstream.pipeline import dedupe, lifecycle
 from memstream.pipeline import remember as rules
 from memstream.pipeline.lexical import dated
@@ -27,7 +27,6 @@ from memstream.pipeline.plan import Action, Neighbour, plan
 from memstream.schemas.commands import RememberRequest
 from memstream.schemas.errors import TransientError
 from memstream.schemas.memory import Candidate
-from memstream.storage.ports import VectorFilter
 from memstream.storage.postgres import OwnerFilter
 
 
@@ -81,7 +80,7 @@ async def _folded_before(deps: Deps, c: Candidate) -> str | None:
         return None
     flt = OwnerFilter(tenant=tenant, user=c.owner.user, agent=c.owner.agent)
     row = (await deps.pg.get_many(flt, [target])).get(target)
-    return target if row is not None and rules.foldable(c, indexing.record_of(row)) else None
+    return target if row is not None and dedupe.foldable(c, indexing.record_of(row)) else None
 
 
 async def _neighbours(
@@ -91,21 +90,14 @@ async def _neighbours(
     position as ``plan`` takes them; no neighbours when the index does not answer."""
     text = dated(c.content, c.occurred_at)
     (vector,) = await offload(len(text), deps.embedder.embed, [text])
-    flt = VectorFilter(
-        tenant=c.owner.tenant,
-        user=c.owner.user,
-        agent=c.owner.agent,
-        types=(c.type,),
-        scopes=(c.scope,),
-        session=c.session if c.scope in rules.SESSION_BOUND else None,
-        now=deps.clock().timestamp(),
-    )
     try:
-        hits = await deps.vectors.search(vector, flt, 3, with_records=True)
+        hits = await deps.vectors.search(
+            vector, near_filter(c, deps.clock().timestamp()), 3, with_records=True
+        )
     except TransientError as exc:  # exact dedupe only; the memory is indexed later
         log.warning("remember.near_check_skipped", reason=type(exc).__name__)
         return vector, {}
-    return vector, {0: rules.neighbours(c, hits)}
+    return vector, {0: dedupe.neighbours(c, hits)}
 
 
 async def _index(deps: Deps, done: Remembered, vector: list[float] | None) -> None:

@@ -26,7 +26,14 @@ from memstream.pipeline.lexical import dated
 from memstream.pipeline.redact import Redacts
 from memstream.schemas.errors import InvalidMessage, PermanentError, TransientError, describe
 from memstream.schemas.events import TurnEvent
-from memstream.schemas.memory import SHARED_SCOPES, Candidate, MemoryEvent, MemoryRecord, Owner
+from memstream.schemas.memory import (
+    SESSION_BOUND,
+    SHARED_SCOPES,
+    Candidate,
+    MemoryEvent,
+    MemoryRecord,
+    Owner,
+)
 from memstream.schemas.subjects import (
     MSG_ID_HEADER,
     Subjects,
@@ -276,21 +283,16 @@ async def dedupe_work(deps: Deps, body: bytes, subject: str) -> int:
         await _merged(deps, c, keyed.memory_id)
         return 0
     vector = carried(deps, c) or deps.embedder.embed_query(dated(c.content, c.occurred_at))
-    flt = VectorFilter(
-        tenant=c.owner.tenant,
-        user=c.owner.user,
-        agent=c.owner.agent,
-        types=(c.type,),
-        now=deps.clock().timestamp(),
-    )
     try:
-        neighbours = await deps.vectors.search(vector, flt, 3, with_records=True)
+        hits = await deps.vectors.search(
+            vector, near_filter(c, deps.clock().timestamp()), 3, with_records=True
+        )
     except TransientError as exc:  # index down: exact dedupe only; store keeps it unindexed
         log.warning("dedupe.near_check_skipped", reason=type(exc).__name__)
-        neighbours = []
+        hits = []
     similar = dedupe.near_duplicate(
         c.content,
-        [(mid, s, str(r.get("text", ""))) for mid, s, r in neighbours],
+        dedupe.neighbours(c, hits),
         keyed.memory_id,
         deps.settings.near_duplicate_similarity,
     )
@@ -304,6 +306,21 @@ async def dedupe_work(deps: Deps, body: bytes, subject: str) -> int:
         deps.subjects.stage("store", tenant), c, msg_id(tenant, f"store:{c.candidate_id}")
     )
     return 1
+
+
+def near_filter(c: Candidate, now: float) -> VectorFilter:
+    """Where ``c``'s near duplicates may be: its owner's own live memories of its type and
+    scope (of its session for a session-bound scope); ``dedupe.neighbours`` then keeps those
+    of its reach."""
+    return VectorFilter(
+        tenant=c.owner.tenant,
+        user=c.owner.user,
+        agent=c.owner.agent,
+        types=(c.type,),
+        scopes=(c.scope,),
+        session=c.session if c.scope in SESSION_BOUND else None,
+        now=now,
+    )
 
 
 def created_by(row: MemoryRecord | None, c: Candidate) -> bool:

@@ -1,16 +1,17 @@
-"""dedupe: the exact-duplicate key of a candidate (normalised content hash per owner), and
-what makes two texts near duplicates."""
+"""dedupe: the exact-duplicate key of a candidate (normalised content hash per owner and
+reach), and what makes two texts near duplicates."""
 
 from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from memstream.schemas.ids import MemoryId, content_hash, memory_id, normalise_content
-from memstream.schemas.memory import Candidate
+from memstream.schemas.memory import SESSION_BOUND, Candidate, Scope
 
 
 @dataclass(frozen=True, slots=True)
@@ -23,11 +24,53 @@ class Keyed:
 
 
 def key(candidate: Candidate) -> Keyed:
-    """Exact duplicates (same owner, same type, same normalised content) share one id."""
+    """Exact duplicates (same owner, type, normalised content and reach) share one id."""
     chash = content_hash(candidate.content)
     owner = candidate.owner
-    mid = memory_id(owner.tenant, owner.user, owner.agent, candidate.type.value, chash)
+    mid = memory_id(
+        owner.tenant, owner.user, owner.agent, candidate.type.value, chash, reach_of(candidate)
+    )
     return Keyed(candidate=candidate, content_hash=chash, memory_id=mid)
+
+
+def reach(scope: Scope | str, project: str | None, session: str | None) -> str:
+    """Who reads a memory and how long it lives, as far as its scope decides: its project
+    for ``project`` (shared with that project's readers), its session for ``session`` and
+    ``run`` (gone with it); empty for ``user``, the owner's own long-term memory. Two texts
+    merge or fold into one memory only within one reach: a user memory folded into a
+    session one would go at the session's expiry, a project memory folded into another
+    project's would never reach its own project's readers."""
+    s = Scope(scope)
+    if s is Scope.USER:
+        return ""
+    if s is Scope.PROJECT:
+        return f"project:{project or ''}"
+    if s in SESSION_BOUND:
+        return f"{s.value}:{session or ''}"
+    return s.value
+
+
+def reach_of(c: Candidate) -> str:
+    return reach(c.scope, c.project, c.session)
+
+
+def foldable(c: Candidate, record: Mapping[str, Any]) -> bool:
+    """Whether ``c`` may be folded into the memory of this index record: only into one that
+    lives as long and that the same readers see (``dedupe.reach``: the same scope, the same
+    project for project scope, the same session for session and run scopes, whose end
+    erases exactly their memories)."""
+    scope = record.get("scope")
+    if scope is None:
+        return False
+    return reach(str(scope), record.get("project"), record.get("session")) == reach_of(c)
+
+
+def neighbours(
+    c: Candidate, hits: Sequence[tuple[str, float, Mapping[str, Any]]]
+) -> list[tuple[str, float, str]]:
+    """The vector search's hits (id, similarity, record) that ``c`` may fold into, as
+    ``plan`` takes them."""
+    return [(mid, s, str(r.get("text", ""))) for mid, s, r in hits if foldable(c, r)]
 
 
 def word_overlap(a: str, b: str) -> float:
@@ -71,15 +114,17 @@ def numbers(text: str) -> frozenset[str]:
 def batch_neighbours(
     batch: Sequence[Candidate], vectors: Mapping[int, Sequence[float]], min_similarity: float
 ) -> dict[int, list[tuple[int, float]]]:
-    """By position in ``batch``: the earlier candidates of the same owner and type whose
+    """By position in ``batch``: the earlier candidates of the same owner, type and reach whose
     vector is at least ``min_similarity`` close (cosine), as ``(position, similarity)``.
     ``vectors``: by position, the candidates that were looked up in the index; the others
     take no part. These are the near duplicates an index search cannot find yet: neither is
-    stored until the batch is (``plan.plan``'s ``batch_neighbours``)."""
+    stored until the batch is (``plan.plan``'s ``batch_neighbours``). Only candidates of
+    one reach fold into each other (``reach``)."""
     groups: dict[tuple[object, ...], list[int]] = {}
     for i in vectors:
         c = batch[i]
-        groups.setdefault((c.owner.tenant, c.owner.user, c.owner.agent, c.type), []).append(i)
+        group = (c.owner.tenant, c.owner.user, c.owner.agent, c.type, reach_of(c))
+        groups.setdefault(group, []).append(i)
     out: dict[int, list[tuple[int, float]]] = {}
     for members in groups.values():
         if len(members) < 2:

@@ -48,12 +48,19 @@ def owner_key(user: str | None, agent: str | None) -> str:
     return f"{user or ''}\x1e{agent or ''}"
 
 
-def memory_id(tenant: str, user: str | None, agent: str | None, kind: str, chash: str) -> MemoryId:
-    """One memory per (tenant, owner, type, normalised content): the exact-dedupe key.
-    Injective: distinct inputs give distinct ids (up to uuid5 collisions)."""
+def memory_id(
+    tenant: str, user: str | None, agent: str | None, kind: str, chash: str, reach: str = ""
+) -> MemoryId:
+    """One memory per (tenant, owner, type, normalised content, reach): the exact-dedupe key.
+    ``reach`` says who reads the memory and how long it lives beyond the owner's own
+    long-term memory (``pipeline.dedupe.reach``); empty for that default, whose ids stay the
+    ones stored before it took part. Injective: distinct inputs give distinct ids (up to
+    uuid5 collisions)."""
     joined = f"{tenant}\x1f{owner_key(user, agent)}\x1f{kind}\x1f{chash}"
     # None and "" are one owner part in the joined form; identifiers are never empty
-    parts = (tenant, user or "", agent or "", kind, chash)
+    parts: tuple[str, ...] = (tenant, user or "", agent or "", kind, chash)
+    if reach:
+        joined, parts = f"{joined}\x1f{reach}", (*parts, reach)
     return MemoryId(_uuid(parts, joined))
 
 

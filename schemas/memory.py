@@ -42,6 +42,8 @@ class Scope(StrEnum):
 
 # scopes other owners of the tenant may read (docs/memory-model.md)
 SHARED_SCOPES = frozenset({Scope.PROJECT, Scope.GLOBAL})
+# scopes whose memories end with their session or run (TTL, end of run)
+SESSION_BOUND = frozenset({Scope.RUN, Scope.SESSION})
 
 Unit = Annotated[float, Field(ge=0.0, le=1.0)]
 

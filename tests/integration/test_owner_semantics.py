@@ -140,3 +140,17 @@ async def test_cached_recall_sees_a_new_shared_memory(running) -> None:
         glob = await alice.remember("visitors park on garage level minus two", scope="global")
         hits = [h.id for h in (await bob.recall("the parking garage level")).hits]
         assert hits == [glob.id]
+
+
+async def test_one_decision_in_two_projects_reaches_both(running) -> None:
+    """The same decision said by one owner in two projects is a memory in each: neither
+    merges into the other, so each project's readers see their own."""
+    said = "We decided to freeze the schema before the audit."
+    async with running.client("acme", user="pia") as pia:
+        for project in ("alpha", "beta"):
+            await pia.publish_turn([("user", said)], session=f"s-{project}", project=project)
+    await running.wait_for(running.drained, 30, "the turns to be processed")
+    async with running.client("acme", user="rex") as rex:
+        for project in ("alpha", "beta"):
+            seen = await rex.list_memories(project=project, scopes=["project"], limit=100)
+            assert [(m.type, m.project) for m in seen.memories] == [("decision", project)]

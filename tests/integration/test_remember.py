@@ -101,6 +101,31 @@ async def test_remember_folds_only_within_one_owner_and_scope(running) -> None:
         assert len((await quy.list_memories()).memories) == 2
 
 
+async def test_the_same_text_in_another_scope_is_a_memory_of_its_own(running) -> None:
+    """An exact duplicate merges only into a memory that lives as long and that the same
+    readers see. The same text remembered for a session and then for the user is two
+    memories (the user's does not go at the session's expiry); a project memory is shared
+    with its own project's readers whichever project said it first."""
+    text = "the staging database is rebuilt every Sunday night"
+    async with (
+        running.client("acme", user="ivo") as ivo,
+        running.client("acme", user="pia") as pia,
+        running.client("acme", user="rex") as reader,
+    ):
+        short = await ivo.remember(text, scope="session")
+        long = await ivo.remember(text)
+        assert short.id != long.id and long.expires_at is None
+        assert {m.id for m in (await ivo.list_memories()).memories} == {short.id, long.id}
+        again = await ivo.command("remember", content=text)
+        assert again.memory is not None and again.memory.id == long.id
+        assert again.detail == {"duplicate": True, "near_duplicate": False}
+        alpha = await pia.remember(text, scope="project", project="alpha")
+        beta = await pia.remember(text, scope="project", project="beta")
+        assert alpha.id != beta.id and beta.project == "beta"
+        seen = await reader.list_memories(project="beta", scopes=["project"])
+        assert {m.id for m in seen.memories} == {beta.id}
+
+
 async def test_a_remembered_secret_is_redacted_everywhere(running) -> None:
     """A token and a password in a remembered text and its metadata are replaced by typed
     placeholders before anything is stored: not in the reply, the row, the recall hit or the

@@ -5,7 +5,8 @@ from datetime import UTC, datetime
 import pytest
 
 from memstream.pipeline.dedupe import batch_neighbours, key
-from memstream.schemas.memory import Candidate, MemoryType, Owner
+from memstream.schemas.ids import content_hash, memory_id
+from memstream.schemas.memory import Candidate, MemoryType, Owner, Scope
 
 
 def cand(content: str, user: str = "u", tenant: str = "t") -> Candidate:
@@ -24,6 +25,34 @@ def test_exact_duplicates_share_an_id_per_owner() -> None:
     assert key(cand("I like  Tea")).memory_id == key(cand("i like tea")).memory_id
     assert key(cand("I like tea", user="v")).memory_id != key(cand("I like tea")).memory_id
     assert key(cand("I like tea", tenant="t2")).memory_id != key(cand("I like tea")).memory_id
+
+
+def test_exact_duplicates_share_an_id_per_reach() -> None:
+    """The same text in another scope, another project (project scope) or another session
+    (session and run scopes) is another memory; a user memory keeps the id it had before
+    scope took part, so dedupe goes on across a deploy."""
+
+    def of(scope: Scope, project: str | None = None, session: str = "s") -> str:
+        c = cand("we ship on friday").model_copy(
+            update={"scope": scope, "project": project, "session": session}
+        )
+        return key(c).memory_id
+
+    legacy = memory_id("t", "u", None, "episode", content_hash("we ship on friday"))
+    assert of(Scope.USER) == legacy == of(Scope.USER, project="p", session="s2")
+    ids = [
+        of(Scope.USER),
+        of(Scope.GLOBAL),
+        of(Scope.PROJECT),
+        of(Scope.PROJECT, "alpha"),
+        of(Scope.PROJECT, "beta"),
+        of(Scope.SESSION),
+        of(Scope.SESSION, session="s2"),
+        of(Scope.RUN),
+    ]
+    assert len(set(ids)) == len(ids)
+    assert of(Scope.PROJECT, "alpha", session="s2") == of(Scope.PROJECT, "alpha")
+    assert of(Scope.GLOBAL, "alpha") == of(Scope.GLOBAL)
 
 
 def test_near_duplicate_needs_closeness_and_shared_words() -> None:
@@ -61,17 +90,19 @@ def test_near_duplicates_name_the_same_numbers() -> None:
 
 def test_batch_neighbours_are_earlier_same_owner_same_type_and_close() -> None:
     """Each looked-up candidate gets the earlier ones of its owner and type at least as close
-    as the bar (cosine of the vectors, whatever their length); another owner, another type, a
-    later candidate or one not looked up never counts."""
+    as the bar (cosine of the vectors, whatever their length); another owner, another type,
+    another reach (here a session memory), a later candidate or one not looked up never
+    counts."""
     batch = [
         cand("a"),
         cand("b"),
         cand("c", user="other"),
         cand("d").model_copy(update={"type": MemoryType.PREFERENCE}),
         cand("e"),
+        cand("f").model_copy(update={"scope": Scope.SESSION}),
     ]
     x, near, far = [1.0, 0.0], [2.0, 0.2], [0.0, 1.0]  # cos(x, near) = 0.995
-    vectors = {0: x, 1: near, 2: x, 3: x, 4: far}
+    vectors = {0: x, 1: near, 2: x, 3: x, 4: far, 5: x}
     assert batch_neighbours(batch, vectors, 0.99) == {1: [(0, pytest.approx(0.995, abs=1e-3))]}
     assert batch_neighbours(batch, {1: near, 4: far}, 0.99) == {}
     assert batch_neighbours(batch, vectors, 0.999) == {}

@@ -3,9 +3,9 @@
 from datetime import UTC, datetime
 from typing import Any
 
-from memstream.pipeline.dedupe import key
+from memstream.pipeline.dedupe import foldable, key, neighbours
 from memstream.pipeline.plan import Action, plan
-from memstream.pipeline.remember import candidate, foldable, neighbours
+from memstream.pipeline.remember import candidate
 from memstream.schemas.commands import RememberRequest
 from memstream.schemas.memory import Scope
 
