@@ -28,13 +28,14 @@ from memstream.consumers.stages import (
     decode,
     event_of,
     near_filter,
+    redacted_here,
     with_vectors,
 )
 from memstream.pipeline import dedupe, lifecycle, llm_extract
 from memstream.pipeline.extract import extract
 from memstream.pipeline.lexical import dated
 from memstream.pipeline.plan import Action, plan
-from memstream.schemas.errors import InvalidMessage, PermanentError, TransientError
+from memstream.schemas.errors import InvalidMessage, TransientError
 from memstream.schemas.events import TurnEvent
 from memstream.schemas.ids import owner_key
 from memstream.schemas.memory import SHARED_SCOPES, Candidate, MemoryEvent, MemoryRecord
@@ -53,9 +54,7 @@ def candidate_on(stage: str) -> Decode[Candidate]:
         c = decode(Candidate, body)
         if why := deps.subjects.stage_mismatch(subject, stage, c.owner.tenant):
             raise InvalidMessage(why)
-        if stage != "redact" and not c.redacted:
-            raise PermanentError(f"candidate reached {stage} without passing redact")
-        return c
+        return c if stage == "redact" else redacted_here(deps, c, stage)
 
     return decode_candidate
 

@@ -208,7 +208,13 @@ def redact_candidate(redactor: Redacts, c: Candidate) -> Candidate:
 
     metadata: dict[str, Any] = {k: scrub(v) for k, v in c.metadata.items()}
     return c.model_copy(
-        update={"content": out.text, "metadata": metadata, "redactions": counts, "redacted": True}
+        update={
+            "content": out.text,
+            "metadata": metadata,
+            "redactions": counts,
+            "redacted": True,
+            "key_id": redactor.key_id,
+        }
     )
 
 
@@ -221,13 +227,37 @@ def embedded(embedder: Embedder, cands: Sequence[Candidate]) -> list[Candidate]:
     embedding call, made in the redact stage because that stage can run in many processes,
     while dedupe and store run where the vector index is (docs/ingest.md)."""
     vectors = embedder.embed([dated(c.content, c.occurred_at) for c in cands])
-    return [c.model_copy(update={"vector": v}) for c, v in zip(cands, vectors, strict=True)]
+    model = embedder.model_id
+    return [
+        c.model_copy(update={"vector": v, "vector_model": model})
+        for c, v in zip(cands, vectors, strict=True)
+    ]
 
 
 def carried(deps: Deps, c: Candidate) -> list[float] | None:
-    """The vector a candidate brought from redact, if it fits this process's embedder (a
-    message from before the field, or of another model's size, is embedded again)."""
-    return c.vector if c.vector is not None and len(c.vector) == deps.embedder.dim else None
+    """The vector a candidate brought from redact, if this process's model made it (a
+    message from before the field is taken when the size fits); else it is embedded again."""
+    if c.vector is None or len(c.vector) != deps.embedder.dim:
+        return None
+    return c.vector if c.vector_model in (None, deps.embedder.model_id) else None
+
+
+def redacted_here(deps: Deps, c: Candidate, stage: str) -> Candidate:
+    """``c``, as a stage after redact takes it: redacted, with this process's redaction key.
+    A candidate redacted with another key is refused for good (``PermanentError``, so it is
+    dead-lettered with the reason on its first delivery): its placeholders would differ from
+    this stack's for the same values, and its memory would be stored apart from theirs."""
+    if not c.redacted:
+        raise PermanentError(f"candidate reached {stage} without passing redact")
+    mine = deps.redactor.key_id
+    if c.key_id is not None and c.key_id != mine:
+        raise PermanentError(
+            f"candidate redacted with another MEMSTREAM_REDACTION_KEY (key id {c.key_id}, "
+            f"this {stage} worker's {mine}): every process of a stack must share the key; "
+            "fix the redacting process's setting and publish this candidate's turn "
+            "(source_event_id) again"
+        )
+    return c
 
 
 async def redact_work(deps: Deps, body: bytes, subject: str) -> int:
@@ -269,9 +299,7 @@ async def _merged(deps: Deps, c: Candidate, memory_id: str) -> None:
 
 
 async def dedupe_work(deps: Deps, body: bytes, subject: str) -> int:
-    c = _on_stage(deps, subject, "dedupe", decode(Candidate, body))
-    if not c.redacted:
-        raise PermanentError("candidate reached dedupe without passing redact")
+    c = redacted_here(deps, _on_stage(deps, subject, "dedupe", decode(Candidate, body)), "dedupe")
     keyed = dedupe.key(c)
     # a redelivery folded on an earlier try stays folded, even into a memory other than an
     # exact duplicate stored since (``pipeline.plan``: a turn is held in one memory)
@@ -331,9 +359,7 @@ def created_by(row: MemoryRecord | None, c: Candidate) -> bool:
 
 
 async def store_work(deps: Deps, body: bytes, subject: str) -> int:
-    c = _on_stage(deps, subject, "store", decode(Candidate, body))
-    if not c.redacted:
-        raise PermanentError("candidate reached store without passing redact")
+    c = redacted_here(deps, _on_stage(deps, subject, "store", decode(Candidate, body)), "store")
     if await deps.pg.folded_into(c.owner.tenant, c.candidate_id):
         # a dedupe try sent it here, and a later try (a redelivery) folded it into a near
         # duplicate: storing it too would hold its turn twice

@@ -93,6 +93,12 @@ class Candidate(BaseModel):
     # with and store indexes, instead of each embedding the same text again. Optional: a
     # candidate without it is embedded where needed (docs/ingest.md, wire schema).
     vector: list[float] | None = Field(default=None, max_length=4096)
+    # Filled by redact: the id of its redaction key (``pipeline.redact.key_id``, never the
+    # key) and of the model that made ``vector``: dedupe and store refuse a candidate redacted
+    # with another key (its placeholders would not match theirs) and embed again a vector of
+    # another model.
+    key_id: str | None = Field(default=None, max_length=64)
+    vector_model: str | None = Field(default=None, max_length=64)
 
 
 class MemoryRecord(BaseModel):

@@ -20,6 +20,7 @@ Load failures (unknown name, missing files, no network) raise ``ConfigurationErr
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -74,6 +75,7 @@ class StaticEmbedder:
         self._dim = int(self._model.embeddings.shape[1])
         self.path = path
         one_blas_thread()
+        self.model_id = model_id(self)
 
     @property
     def dim(self) -> int:
@@ -114,6 +116,7 @@ class FastEmbedder:
             ) from exc
         self._dim = len(self.embed_query("dimension probe"))
         self.model_name = model_name
+        self.model_id = model_id(self)
 
     @property
     def dim(self) -> int:
@@ -128,6 +131,19 @@ class FastEmbedder:
     def embed_query(self, text: str) -> list[float]:
         """One L2-normalised query vector (with the model's query prefix, if it has one)."""
         return _unit_rows(list(self._model.query_embed(text)))[0]
+
+
+_PROBE = "memstream embedding model probe: which model made this vector?"
+
+
+def model_id(embedder: Embedder) -> str:
+    """A short name of what the model computes, from its vector of a fixed text (rounded to
+    1e-3, so that float noise between machines does not tell one model apart from itself):
+    two processes with the same model agree whatever its path or name, and another model of
+    the same size is told apart."""
+    probe = np.rint(np.asarray(embedder.embed([_PROBE])[0], dtype=np.float64) * 1000)
+    digest = hashlib.sha256(f"{embedder.dim}:".encode() + probe.astype(np.int32).tobytes())
+    return digest.hexdigest()[:12]
 
 
 def make_embedder(model_name: str | None, path: Path | None) -> Embedder:

@@ -161,6 +161,11 @@ class Embedder(Protocol):
     @property
     def dim(self) -> int: ...
 
+    @property
+    def model_id(self) -> str:
+        """A short name of the model (``storage.embedding.model_id``): a vector carried from
+        another process is used only when that process's model made it."""
+
     def embed(self, texts: Sequence[str]) -> list[list[float]]:
         """One vector per text, L2-normalised."""
 

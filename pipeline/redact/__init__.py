@@ -193,6 +193,7 @@ class Redactor:
         "_mac",
         "_triggers",
         "gitleaks_skipped",
+        "key_id",
     )
 
     def __init__(self, key: bytes, policy: RedactionPolicy | None = None) -> None:
@@ -200,6 +201,7 @@ class Redactor:
             raise ValueError("a non-empty key is required")
         policy = policy or RedactionPolicy()
         self._key = bytes(key)
+        self.key_id = key_id(self._key)
         # the key's pads hashed once; each placeholder copies that state instead of rehashing
         self._mac = hmac.new(self._key, digestmod="sha256")
         self._labels = policy.labels
@@ -345,8 +347,18 @@ class Redactor:
         return f"[{label}:{digest}]"
 
 
+def key_id(key: bytes) -> str:
+    """A short public name of a redaction key (never the key, nor enough to find it): what
+    a redacted candidate carries, so that a process keyed otherwise is told apart."""
+    return hmac.new(key, b"memstream redaction key id", "sha256").hexdigest()[:12]
+
+
 class Redacts(Protocol):
     """What a stage needs of redaction: a Redactor or TenantRedactors."""
+
+    @property
+    def key_id(self) -> str:
+        """``key_id`` of the key the placeholders are made with."""
 
     def redact(self, text: str, tenant: str) -> Redacted: ...
 
@@ -364,6 +376,10 @@ class TenantRedactors:
 
     def __repr__(self) -> str:
         return f"TenantRedactors(tenants={sorted(self._by_tenant)}, key=<hidden>)"
+
+    @property
+    def key_id(self) -> str:
+        return self._default.key_id
 
     def for_tenant(self, tenant: str) -> Redactor:
         return self._by_tenant.get(tenant, self._default)

@@ -227,3 +227,43 @@ async def test_replay_only_targets_own_turn_and_stage_subjects(running) -> None:
         return bool(await running.pg.count("acme") > 0)
 
     await running.wait_for(replayed, 20, "the replayed turn")
+
+
+@pytest.mark.parametrize("stage", ["dedupe", "store"])
+async def test_a_candidate_redacted_with_another_key_is_dead_lettered(running, stage) -> None:
+    """A candidate a process keyed otherwise redacted (its placeholders would not match this
+    stack's, and its memory would be stored apart) is dead-lettered on its first delivery,
+    the reason naming the setting and both key ids, never a key; the same candidate with
+    this worker's key id is stored."""
+    from datetime import UTC, datetime
+
+    s = running.worker.deps.subjects
+    mine = running.worker.deps.redactor.key_id
+
+    def cand(cid: str, key_id: str) -> dict[str, Any]:
+        c = Candidate(
+            candidate_id=cid,
+            owner=Owner(tenant="acme", user="keyed"),
+            session="s",
+            content=f"the {stage} stage takes this one",
+            source_event_id=cid,
+            occurred_at=datetime.now(UTC),
+            redacted=True,
+            key_id=key_id,
+        )
+        body: dict[str, Any] = json.loads(c.model_dump_json())
+        return body
+
+    await publish_raw(running, s.stage(stage, "acme"), cand("k-other", "0" * 12), "k-other")
+    dead = await one_dead_letter(running, stage)
+    reason = dead.headers[DLQ_REASON_HEADER]
+    assert "MEMSTREAM_REDACTION_KEY" in reason and "gave up" not in reason
+    assert "000000000000" in reason and mine in reason
+    assert "test-key" not in reason  # the fixture's key (conftest.py)
+    assert await running.pg.count("acme") == 0
+    await publish_raw(running, s.stage(stage, "acme"), cand("k-mine", mine), "k-mine")
+
+    async def stored() -> bool:
+        return bool(await running.pg.count("acme") == 1)
+
+    await running.wait_for(stored, 30, "the candidate with this worker's key id stored")
