@@ -29,12 +29,17 @@ write, which costs far more than the WAL append). Postgres stays the record of t
 
 Threads: single-point writes and fetches of up to 64 ids are cheaper than a hop to a thread,
 so they run on the event loop; batches, flushes, searches and ``optimize`` run in
-``asyncio.to_thread``, whose tail latency on a busy machine is what the loop must be spared;
-the engine releases the GIL and locks internally. Searches of up to ``direct_search_max``
-hits run on the loop while the shard is known to be nearly optimized (at most
-``inline_unoptimized_max`` points written since the last completed ``optimize()``; unknown
-after a load): an indexed search then costs less than the thread hop's tail. Otherwise an
-exact scan of unindexed segments would stall the loop, so they go to a thread. Each search
+``asyncio.to_thread``, whose tail latency on a busy machine is what the loop must be spared.
+A thread does not free the loop for the engine's time, though: qdrant-edge-py 0.9 holds the
+interpreter lock through its calls (``benchmarks/engine_gil.py``: a 64-point update leaves
+other threads ~11 % of it, a flush and ``optimize`` none), so the loop stalls for the whole
+of a flush (~65 ms) and of an optimize that builds an index (~9 s at 20k points;
+docs/benchmarks.md, "the engine holds the interpreter lock"). Searches of up to
+``direct_search_max`` hits run on the loop while the shard is known to be nearly optimized
+(at most ``inline_unoptimized_max`` points written since the last completed ``optimize()``;
+unknown after a load): an indexed search then costs less than the thread hop's tail.
+Otherwise an exact scan of unindexed segments would stall the loop, so they go to a thread
+(where the hop lets other work in between calls). Each search
 uses one engine thread (``search_threads=1``): the engine's own pool makes concurrent
 searches contend for the cores and widens the tail. Figures: docs/benchmarks.md.
 
