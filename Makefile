@@ -7,7 +7,7 @@ BIN    := $(VENV)/bin
 PACKAGES := $(filter-out tests,$(patsubst %/__init__.py,%,$(wildcard */__init__.py)))
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: install run test unit integration lint fmt bench-redaction bench-locomo bench-recall bench-vector-index bench-faults bench-ingest clean
+.PHONY: install run test unit integration lint fmt bench-redaction bench-locomo bench-recall bench-vector-index bench-engine bench-faults bench-ingest clean
 
 $(STAMP): pyproject.toml setup.py
 	$(PYTHON) -m venv $(VENV)
@@ -59,6 +59,10 @@ bench-recall: install
 ## the vector index alone (both layouts of reads), at recall scale
 bench-vector-index: install
 	$(BIN)/python benchmarks/vector_index.py --points 100000
+
+## how long each Qdrant Edge call holds the interpreter lock and stalls the worker's event loop
+bench-engine: install
+	$(BIN)/python benchmarks/engine_gil.py --points 20000
 
 ## its own nats-server, PostgreSQL and worker process, killed and restarted during ingest
 bench-faults: install
