@@ -201,9 +201,14 @@ class Merges:
     keys: list[tuple[str, str]]
     events: list[tuple[MemoryEvent, str, bool]]
     mates: list[tuple[Candidate, str]] = field(default_factory=list)
+    # exact duplicates to merge into their memories, ``(memory id, content hash, candidate)``,
+    # not yet written: the store stage of the same call writes them in its own transaction
+    exact: list[tuple[str, str, Candidate]] = field(default_factory=list)
 
 
 async def settle(deps: Deps, merges: Merges) -> None:
+    if merges.exact:
+        await deps.pg.upsert_many(merges.exact)
     if merges.keys:
         upserted, _ = await _reindex(deps, merges.keys)
         await _announced(deps, upserted, merges.events)
@@ -261,10 +266,9 @@ async def deduped(
     )
     decisions = plan(keyed, existing, neighbours, similarity, folded, batch_near)
     exact = [d for d in decisions if d.action is Action.MERGE]
-    if exact:  # merge the source events
-        await deps.pg.upsert_many(
-            [(d.target, d.keyed.content_hash, d.keyed.candidate) for d in exact]
-        )
+    # the source events merged into their memories: by ``settle``, or by the store stage of
+    # this call in its own transaction (one commit for the batch, not two)
+    exact_rows = [(d.target, d.keyed.content_hash, d.keyed.candidate) for d in exact]
     near = [d for d in decisions if d.action is Action.NEAR_MERGE]
     near_ok = await deps.pg.merge_many(
         [
@@ -301,6 +305,7 @@ async def deduped(
             for d in merged
         ],
         [(d.keyed.candidate, d.target) for d in decisions if d.action is Action.BATCH_MERGE],
+        exact_rows,
     )
     return forward, merges
 
@@ -314,11 +319,17 @@ async def dedupe_batch(deps: Deps, cands: list[Candidate]) -> int:
 
 async def stored(deps: Deps, cands: Sequence[Candidate], merges: Merges | None = None) -> int:
     """The candidates written to Postgres, then indexed and announced together with
-    ``merges`` (one index upsert and one round of events for both); how many were kept."""
+    ``merges`` (one index upsert and one round of events for both); how many were kept.
+    With ``merges``, the candidates come from a dedupe in this same call."""
     # a dedupe try sent these here, and a later try (a redelivery) may have folded one into a
-    # near-duplicate: storing it too would hold its turn twice
+    # near-duplicate: storing it too would hold its turn twice. A dedupe in this same call
+    # read the folds already (``deduped``: a folded candidate is not handed on)
+    folded = (
+        {}
+        if merges is not None
+        else await deps.pg.folded_among([(c.owner.tenant, c.candidate_id) for c in cands])
+    )
     merges = merges or Merges([], [])
-    folded = await deps.pg.folded_among([(c.owner.tenant, c.candidate_id) for c in cands])
     now = deps.clock()
     ready = []
     for c in cands:
@@ -327,9 +338,10 @@ async def stored(deps: Deps, cands: Sequence[Candidate], merges: Merges | None =
         expires = lifecycle.expires_at(c, now, deps.settings.ttl_s)
         ready.append(c if expires == c.expires_at else c.model_copy(update={"expires_at": expires}))
     keyed = [dedupe.key(c) for c in ready]
-    inserted = await deps.pg.upsert_many(
-        [(k.memory_id, k.content_hash, k.candidate) for k in keyed]
+    written = await deps.pg.upsert_many(
+        [*merges.exact, *((k.memory_id, k.content_hash, k.candidate) for k in keyed)]
     )
+    inserted = written[len(merges.exact) :]
     mates = await _fold_mates(deps, merges.mates)
     new_ids = {k.memory_id for k, new in zip(keyed, inserted, strict=True) if new}
     # a carried vector is that of the candidate's text: it is the row's only when inserted

@@ -4,6 +4,7 @@ record recall answers from, so the hot path needs no Postgres read."""
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import Mapping, Sequence
 from collections.abc import Set as AbstractSet
@@ -90,18 +91,21 @@ async def upserted(
     content of some memories (by id): only the others are embedded."""
     if not memories:
         return []
+    episodes = [m for m in memories if m.type is MemoryType.EPISODE]
+    extra: list[MemoryRecord] = []
     if followers:
         seen = {m.id for m in memories}
-        episodes = [
-            m
-            for m in memories
-            if m.type is MemoryType.EPISODE and (followers is True or m.id in followers)
-        ]
-        extra = [
-            f for f in await pg.session_followers_many(episodes) if f.id not in seen and f.indexed
-        ]
+        arrived = [m for m in episodes if followers is True or m.id in followers]
+        # both reads at once: the followers' own contexts are read after, when there are any
+        after, found = await asyncio.gather(
+            pg.session_followers_many(arrived), pg.session_contexts(episodes)
+        )
+        extra = [f for f in after if f.id not in seen and f.indexed]
         memories = [*memories, *extra]
-    found = await pg.session_contexts([m for m in memories if m.type is MemoryType.EPISODE])
+        if extra:
+            found |= await pg.session_contexts([m for m in extra if m.type is MemoryType.EPISODE])
+    else:
+        found = await pg.session_contexts(episodes)
     contexts = [found.get(str(uuid.UUID(m.id)), []) for m in memories]
     known = known or {}
     todo = [m for m in memories if m.id not in known]
