@@ -79,6 +79,9 @@ class EmbeddedNats:
     def _launch(self) -> None:
         assert self.data_dir is not None
         mport = int(self.monitor_url.rsplit(":", 1)[1])
+        store = self.data_dir / "jetstream"
+        pidfile = self.data_dir / NATS_PIDFILE
+        stop_stale_nats(pidfile, store)
         log = open(self.data_dir / "nats-server.log", "ab")  # noqa: SIM115 - owned by the process
         proc = subprocess.Popen(
             [
@@ -92,7 +95,9 @@ class EmbeddedNats:
                 str(mport),
                 "-js",
                 "-sd",
-                str(self.data_dir / "jetstream"),
+                str(store),
+                "-P",
+                str(pidfile),
                 *self.extra,
             ],
             stdout=log,
@@ -129,6 +134,36 @@ class EmbeddedNats:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+
+
+NATS_PIDFILE = "nats-server.pid"
+
+
+def stop_stale_nats(pidfile: Path, store: Path, wait_s: float = 10.0) -> bool:
+    """Stop a nats-server an earlier run left on this JetStream store (``memstream dev``
+    killed outright cannot stop the server it started, which runs in a session of its own):
+    two servers on one store directory would both write it. Only a live nats-server whose
+    command line names ``store`` is stopped (a pid reused since is not ours); SIGTERM, then
+    SIGKILL after ``wait_s``. True if one was stopped."""
+    try:
+        pid = int(pidfile.read_text().split()[0])
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except (OSError, ValueError, IndexError):
+        return False  # no pid file, no such process, or no /proc to tell it is ours
+    if not argv or "nats-server" not in Path(os.fsdecode(argv[0])).name:
+        return False
+    if os.fsencode(str(store)) not in argv:
+        return False
+    log.warning("embedded.stale_nats_stopped", pid=pid, store=str(store))
+    for sig, until in ((signal.SIGTERM, wait_s), (signal.SIGKILL, 5.0)):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, sig)
+        deadline = time.monotonic() + until
+        while time.monotonic() < deadline:
+            if _parent(Path(f"/proc/{pid}")) == 0:  # gone, or a zombie nobody reaps
+                return True
+            time.sleep(0.05)
+    return True
 
 
 def _parent(proc_dir: Path) -> int:
