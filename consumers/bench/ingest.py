@@ -162,6 +162,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 per_session.setdefault(i % len(pool), []).append(i)
             plan = turns(args.turns, pool, args.seed, text=long_text, replies=1.0)
             before = await pipe.counts()
+            cpu_before = pipe.cpu.read()
             started = time.perf_counter()
             published = 0
 
@@ -179,6 +180,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             await asyncio.gather(*(publish_session(o) for o in per_session.values()))
             publish_s = time.perf_counter() - started
             missing = await watch.all_of(ids, args.timeout)
+            cpu_cores = pipe.cpu.cores(cpu_before, pipe.cpu.read(), time.perf_counter() - started)
             last = max((watch.arrived[e] for e in ids if e in watch.arrived), default=started)
             elapsed = last - started
             await pipe.wait_drained(args.timeout)
@@ -237,6 +239,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                     return
                 latencies.append((arrived - t0) * 1000)
 
+            paced_before = await pipe.counts()
+            paced_cpu = pipe.cpu.read()
             recaller = asyncio.create_task(recall_loop())
             paced_started = time.perf_counter()
             tasks = []
@@ -247,8 +251,11 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 tasks.append(asyncio.create_task(one(i)))
             paced_publish_s = time.perf_counter() - paced_started
             await asyncio.gather(*tasks)
+            paced_s = time.perf_counter() - paced_started
+            paced_cores = pipe.cpu.cores(paced_cpu, pipe.cpu.read(), paced_s)
             stop.set()
             await recaller
+            paced_stages = stage_report(paced_before, await pipe.counts(), paced_s)
             paced_missing = args.paced_turns - len(latencies)
         finally:
             for c in clients.values():
@@ -270,6 +277,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             "publish_per_s": round(args.turns / publish_s, 1),
             "ratio_to_bare_hop": round(turns_per_s / hop["msgs_per_s"], 4),
             "missing": missing,
+            "cores": cpu_cores,
         },
         "stages": stage_report(before, after, elapsed),
         "processes": pipe.processes,
@@ -280,6 +288,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             "achieved_rate": round(args.paced_turns / paced_publish_s, 1),
             "latency_ms": pcts(latencies, (50, 95, 99)),
             "missing": paced_missing,
+            "stages": paced_stages,
+            "cores": paced_cores,
         },
         "recall_during_ingest": {
             "rate": args.recall_rate or None,  # None: back to back
@@ -362,11 +372,18 @@ def main(args: argparse.Namespace) -> int:
         f"\n{'stage':<10} {'busy s':>8} {'share':>7} {'msgs':>7} {'batches':>8} "
         f"{'mean':>6} {'ms/msg':>8}"
     )
-    for s, st in r["stages"].items():
-        print(
-            f"{s:<10} {st['busy_s']:>8.2f} {st['busy_share']:>7.2f} {st['messages']:>7} "
-            f"{st['batches']:>8} {st['mean_batch']:>6.1f} {st['ms_per_message']:>8.3f}"
-        )
+    for label, stages in (("throughput run", r["stages"]), ("paced run", paced["stages"])):
+        print(f"{label}:")
+        for s, st in stages.items():
+            print(
+                f"{s:<10} {st['busy_s']:>8.2f} {st['busy_share']:>7.2f} {st['messages']:>7} "
+                f"{st['batches']:>8} {st['mean_batch']:>6.1f} {st['ms_per_message']:>8.3f}"
+            )
+    # busy is wall time with a batch in hand: the cores show what of it was work
+    print(f"\n{'cores used':<28} {'throughput':>10} {'paced':>8}")
+    for role, cores in t["cores"].items():
+        print(f"{role:<28} {cores:>10.2f} {paced['cores'].get(role, 0.0):>8.2f}")
+    print(f"{'all':<28} {sum(t['cores'].values()):>10.2f} {sum(paced['cores'].values()):>8.2f}")
     if args.json:
         print(json.dumps(r))
     return 0 if r["lost"] == 0 else 1

@@ -18,13 +18,14 @@ import os
 import secrets
 import tempfile
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import nats
 
 from memstream.consumers.bench import fleet
+from memstream.consumers.bench.cpu import Roles, own_seconds, process_seconds, tree_seconds
 from memstream.consumers.bench.harness import bench_stack, until_drained
 from memstream.consumers.bench.processes import WorkerProcess
 from memstream.consumers.embedded import EmbeddedNats, EmbeddedPostgres
@@ -47,6 +48,7 @@ class Pipeline:
     processes: int  # worker processes (0: the workers run in the benchmark's process)
     counts: Callable[[], Awaitable[Counts]]
     is_drained: Callable[[], Awaitable[bool]]
+    cpu: Roles = field(default_factory=Roles)  # CPU seconds of each process, by role
 
     async def wait_drained(self, limit_s: float) -> float:
         return await until_drained(self.is_drained, limit_s)
@@ -70,7 +72,9 @@ async def in_process() -> AsyncIterator[Pipeline]:
                 for s in STAGES
             }
 
-        yield Pipeline(bench.settings, bench.stack.nats_url, 0, counts, bench.drained)
+        cpu = Roles()
+        cpu.add("benchmark and workers", own_seconds)
+        yield Pipeline(bench.settings, bench.stack.nats_url, 0, counts, bench.drained, cpu)
 
 
 @contextlib.asynccontextmanager
@@ -107,9 +111,26 @@ async def in_processes(extra: int) -> AsyncIterator[Pipeline]:
                     len(workers),
                     lambda: _summed(nc, Subjects(namespace).ops("stats"), len(workers)),
                     lambda: drained(nc.jetstream(), settings),
+                    _roles(workers, nats_server, pg_server),
                 )
             finally:
                 await nc.close()
+
+
+def _roles(workers: list[WorkerProcess], bus: EmbeddedNats, db: EmbeddedPostgres) -> Roles:
+    """Each process's CPU seconds: the owner, its helper, the extract/redact processes (with
+    their helpers), PostgreSQL's postmaster with its backends, nats-server, the benchmark."""
+    owner, extras = workers[0], workers[1:]
+    postmaster = int((db.data_dir / "postmaster.pid").read_text().split()[0])
+    cpu = Roles()
+    cpu.add_pids("worker (owns the index)", lambda: owner.live_pids()[:1])
+    cpu.add_pids("its helper process", owner.helper_pids)
+    if extras:
+        cpu.add_pids("extract/redact processes", lambda: [p for w in extras for p in w.live_pids()])
+    cpu.add("postgres", lambda: tree_seconds(postmaster))
+    cpu.add("nats-server", lambda: process_seconds(bus.proc.pid))
+    cpu.add("benchmark (clients)", own_seconds)
+    return cpu
 
 
 async def _summed(nc: Any, subject: str, processes: int) -> Counts:

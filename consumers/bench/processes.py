@@ -86,6 +86,12 @@ class WorkerProcess:
         if self.proc is not None:
             self.proc.wait()
 
+    def live_pids(self) -> list[int]:
+        """The worker process, then its helper processes (none once it has exited)."""
+        if self.proc is None or self.proc.poll() is not None:
+            return []
+        return [self.proc.pid, *self.helper_pids()]
+
     def helper_pids(self) -> list[int]:
         """The worker's helper processes (consumers/helper.py): its children started by
         multiprocessing's spawn."""
