@@ -13,6 +13,8 @@ from memstream.consumers.embedded import NATS_PIDFILE, EmbeddedNats, stop_stale_
 
 
 async def test_a_nats_server_left_on_the_store_is_stopped_before_another_starts(tmp_path):
+    """A server still running on the state directory (as after a SIGKILLed `memstream dev`)
+    is stopped when the next one starts there, and the new one serves JetStream."""
     left = EmbeddedNats.start(tmp_path / "nats")  # nobody will stop this one: a killed run's
     try:
         ours = EmbeddedNats.start(tmp_path / "nats")
@@ -33,6 +35,8 @@ async def test_a_nats_server_left_on_the_store_is_stopped_before_another_starts(
 
 
 def test_a_pid_file_naming_another_process_stops_nothing(tmp_path):
+    """A pid in the file that is not a nats-server on this store (a reused pid, or this very
+    process) is left alone."""
     store = tmp_path / "nats" / "jetstream"
     store.mkdir(parents=True)
     other = subprocess.Popen(["sleep", "30"])  # a process that reused the pid: not a server
