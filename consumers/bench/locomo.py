@@ -21,6 +21,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from memstream.consumers.bench.args import data_file
 from memstream.consumers.bench.harness import bench_stack, percentile, progress
 
 KS = (1, 5, 10, 20)
@@ -220,7 +221,7 @@ def calibration(scores: dict[str, list[float]]) -> dict[str, Any]:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--data", type=Path, required=True, help="a LoCoMo-format JSON file")
+    p.add_argument("--data", type=data_file, required=True, help="a LoCoMo-format JSON file")
     p.add_argument("--concurrency", type=int, default=1, help="recall requests in flight")
     p.add_argument("--method", default="hybrid", choices=["hybrid", "keyword", "vector"])
 

@@ -16,6 +16,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from memstream.consumers.bench.args import data_file
 from memstream.pipeline.redact import Redactor
 
 KEY = b"memstream-bench-redaction-key"
@@ -29,8 +30,8 @@ TARGETS = {
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--data",
-        type=Path,
-        default=Path("../shared/bench/redaction-dev.jsonl"),
+        type=data_file,
+        default="../shared/bench/redaction-dev.jsonl",
         help="a redaction JSONL file (default: ../shared/bench/redaction-dev.jsonl)",
     )
     p.add_argument("--message-bytes", type=int, default=1800, help="size of throughput messages")

@@ -174,3 +174,18 @@ def test_ingest_bench_reports_throughput_latency_and_loses_nothing(
     if recall_rate:  # at most one request per slot over the paced run and its drain
         paced_s = 120 / r["paced"]["achieved_rate"] + lat["p99"] / 1000
         assert rec["requests"] <= recall_rate * (paced_s + 1)
+
+
+@pytest.mark.parametrize("name", ["locomo", "redaction"])
+def test_a_missing_data_file_is_a_usage_error(tmp_path: Path, name: str) -> None:
+    """A benchmark whose data file is missing says so and exits 2, without a traceback."""
+    missing = tmp_path / "nothing-here.json"
+    done = subprocess.run(
+        [MEMSTREAM, "bench", name, "--data", str(missing)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 2
+    assert f"no such file: {missing}" in done.stderr and "Traceback" not in done.stderr
