@@ -14,20 +14,28 @@ parent (``consumers/run.py``). What it returns is the same as the in-process pat
 candidates of each turn, redacted, each carrying its vector. A batch the child cannot
 prepare (an error, the child gone) fails as any batch does, to singles, which run in this
 process; a new child is started for the next batch.
+
+The child has two pipes of its own, the work in and the answers out, and the worker keeps only
+its ends of them. A child killed while it writes an answer (the answer of a batch is large:
+each candidate carries its vector) then ends the worker's read with EOF. (A
+``ProcessPoolExecutor`` holds both ends of its result queue in the parent: a child killed in
+the middle of a write left its manager thread waiting for the rest of the answer for ever,
+and the worker with it; seen in the fault suite's ``helper_kill``.)
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import multiprocessing
 import os
+import pickle
 import signal
 import threading
 import time
 from collections.abc import Sequence
-from concurrent.futures import ProcessPoolExecutor
-from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
+from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
@@ -53,26 +61,48 @@ class Prepared:
 
 
 PARENT_CHECK_S = 0.5  # how often the helper checks that its worker is still there
-_tools: tuple[Redacts, Embedder] | None = None  # the child's redactor and embedder
 
 
-def _start_child(settings: Settings, key: bytes) -> None:
-    """The child's initializer: its redactor and embedder, as the parent builds them."""
-    global _tools
+def _child(work: Connection, answers: Connection, settings: Settings, key: bytes) -> None:
+    """The child's main: its redactor and embedder, built as the parent builds them, then one
+    answer per batch of turns until the worker closes the work pipe."""
     # Ctrl-C reaches the whole process group: the parent stops the child, not the signal
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    # A worker killed outright (kill -9, out of memory) cannot stop its helper, and the
-    # helper's work queue never ends: the child holds both ends of its pipe. It leaves on its
-    # own once it has been handed to another parent.
+    # A worker killed outright (kill -9, out of memory) cannot stop its helper: the child
+    # leaves on its own once it has been handed to another parent (or its work pipe ends).
     threading.Thread(target=_exit_with, args=(os.getppid(),), daemon=True).start()
-    from memstream.consumers.redaction_key import make_redactor
-    from memstream.storage.embedding import make_embedder
+    try:
+        from memstream.consumers.redaction_key import make_redactor
+        from memstream.storage.embedding import make_embedder
 
-    configure(settings.log_level)  # the worker's log format and level
-    _tools = (
-        make_redactor(settings, key),
-        make_embedder(settings.embedding_model, settings.embedding_path),
-    )
+        configure(settings.log_level)  # the worker's log format and level
+        tools = (
+            make_redactor(settings, key),
+            make_embedder(settings.embedding_model, settings.embedding_path),
+        )
+    except Exception as exc:  # noqa: BLE001 - the worker's start raises it
+        _answer(answers, ("error", exc))
+        return
+    _answer(answers, ("ready", None))
+    while True:
+        try:
+            events = pickle.loads(work.recv_bytes())
+        except (EOFError, OSError):
+            return  # the worker closed the pipe, or is gone
+        try:
+            answer: tuple[str, Any] = ("done", prepare(events, *tools))
+        except Exception as exc:  # noqa: BLE001 - that batch fails in the worker, to singles
+            answer = ("error", exc)
+        _answer(answers, answer)
+
+
+def _answer(answers: Connection, answer: tuple[str, Any]) -> None:
+    try:
+        data = pickle.dumps(answer, protocol=pickle.HIGHEST_PROTOCOL)
+    except Exception as exc:  # noqa: BLE001 - an error that does not pickle: its type only
+        data = pickle.dumps(("error", RuntimeError(f"helper: {type(exc).__name__}")))
+    with contextlib.suppress(OSError):  # the worker is gone
+        answers.send_bytes(data)
 
 
 def _exit_with(parent: int) -> None:
@@ -98,14 +128,24 @@ def prepare(events: Sequence[TurnEvent], redactor: Redacts, embedder: Embedder) 
     return Prepared(done, extracted_at - started, time.perf_counter() - extracted_at)
 
 
-def _prepare_in_child(events: list[TurnEvent]) -> Prepared:
-    if _tools is None:  # pragma: no cover - the initializer always ran first
-        raise RuntimeError("helper process without its tools")
-    return prepare(events, *_tools)
+class HelperGone(RuntimeError):
+    """The helper process exited (killed, out of memory) before it answered."""
 
 
-def _noop() -> None:
-    return None
+@dataclass
+class _Child:
+    proc: Any  # multiprocessing's Process (spawn)
+    work: Connection  # the worker's end: batches out
+    answers: Connection  # the worker's end: answers in
+
+    def stop(self, wait_s: float) -> None:
+        for end in (self.work, self.answers):
+            with contextlib.suppress(OSError):
+                end.close()  # the child reads EOF and leaves
+        self.proc.join(wait_s)
+        if self.proc.is_alive():
+            self.proc.kill()
+            self.proc.join(5)
 
 
 class Helper:
@@ -113,47 +153,90 @@ class Helper:
 
     def __init__(self, settings: Settings, key: bytes) -> None:
         self._settings, self._key = settings, key
-        self._pool: ProcessPoolExecutor | None = None
+        self._child: _Child | None = None
+        self._lock = asyncio.Lock()  # one batch at a time in the child, answers in order
         self.prepared = 0  # batches the helper prepared
         self.restarts = 0  # times a helper process was found gone and replaced
 
     def __repr__(self) -> str:
-        return f"Helper(running={self._pool is not None}, key=<hidden>)"
+        return f"Helper(running={self._child is not None}, key=<hidden>)"
 
-    def _new_pool(self) -> ProcessPoolExecutor:
-        return ProcessPoolExecutor(
-            max_workers=1,
-            mp_context=multiprocessing.get_context("spawn"),
-            initializer=_start_child,
-            initargs=(self._settings, self._key),
+    async def _spawn(self) -> _Child:
+        ctx = multiprocessing.get_context("spawn")
+        work_in, work_out = ctx.Pipe(duplex=False)
+        answers_in, answers_out = ctx.Pipe(duplex=False)
+        proc = ctx.Process(
+            target=_child,
+            args=(work_in, answers_out, self._settings, self._key),
+            name="memstream-helper",
+            daemon=True,
         )
+        proc.start()
+        # only the worker's ends stay here: a child that dies closes the last write end of
+        # its answers, and a read waiting for them ends with EOF
+        work_in.close()
+        answers_out.close()
+        child = _Child(proc, work_out, answers_in)
+        try:
+            kind, value = await self._receive(child)
+        except BaseException:
+            await asyncio.to_thread(child.stop, 0)
+            raise
+        if kind != "ready":
+            await asyncio.to_thread(child.stop, 5)
+            raise value
+        return child
+
+    @staticmethod
+    async def _receive(child: _Child) -> tuple[str, Any]:
+        try:
+            data = await asyncio.to_thread(child.answers.recv_bytes)
+        except (EOFError, OSError):
+            # not chained: a broken pipe is a ConnectionError, which the stages hold as a
+            # server's outage and retry in place; a child that is gone fails its batch now
+            raise HelperGone("the helper process exited") from None
+        answer: tuple[str, Any] = pickle.loads(data)
+        return answer
 
     async def start(self) -> None:
         """Start the child and wait until it is ready (its model loaded)."""
-        self._pool = self._new_pool()
-        await asyncio.get_running_loop().run_in_executor(self._pool, _noop)
+        async with self._lock:
+            if self._child is None:
+                self._child = await self._spawn()
 
     async def prepare(self, events: list[TurnEvent]) -> Prepared:
-        """``prepare`` for the batch, in the child. If the child is gone, a new one is
-        started for the next call and this one raises (the batch goes to singles)."""
-        pool = self._pool or self._new_pool()
-        self._pool = pool
-        try:
-            done = await asyncio.get_running_loop().run_in_executor(pool, _prepare_in_child, events)
-        except BrokenProcessPool:
-            log.warning("helper.restarted", reason="the helper process exited")
-            if self._pool is pool:
-                self._pool = None
+        """``prepare`` for the batch, in the child. If the child is gone, this call raises
+        (the batch goes to singles) and the next one starts a new child."""
+        async with self._lock:
+            child = self._child or await self._spawn()
+            self._child = child
+            done = False
+            try:
+                data = pickle.dumps(events, protocol=pickle.HIGHEST_PROTOCOL)
+                try:
+                    await asyncio.to_thread(child.work.send_bytes, data)
+                except OSError:  # a broken pipe: the child is gone (not an outage, as above)
+                    raise HelperGone("the helper process exited") from None
+                kind, value = await self._receive(child)
+                done = True
+            except HelperGone:
+                log.warning("helper.restarted", reason="the helper process exited")
                 self.restarts += 1
-            pool.shutdown(wait=False, cancel_futures=True)
-            raise
-        self.prepared += 1
-        return done
+                raise
+            finally:
+                if not done:  # gone, or this call cancelled with an answer still to come
+                    self._child = None
+                    await asyncio.to_thread(child.stop, 0)
+            if kind == "error":
+                raise value
+            self.prepared += 1
+            prepared: Prepared = value
+            return prepared
 
     async def close(self) -> None:
-        pool, self._pool = self._pool, None
-        if pool is not None:
-            await asyncio.to_thread(pool.shutdown, True, cancel_futures=True)
+        child, self._child = self._child, None
+        if child is not None:
+            await asyncio.to_thread(child.stop, 10)
 
 
 def wanted(settings: Settings) -> bool:
