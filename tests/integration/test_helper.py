@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import multiprocessing
 import os
+import pickle
 import signal
 import subprocess
 import sys
@@ -28,7 +29,7 @@ from workers import (
 
 from memstream.consumers.batching import BatchRunner
 from memstream.consumers.chains import batch_stage
-from memstream.consumers.helper import Helper
+from memstream.consumers.helper import Helper, HelperGone
 from memstream.schemas.events import Message, Role, TurnEvent
 from memstream.schemas.memory import MemoryType
 from memstream.schemas.settings import Settings
@@ -175,5 +176,42 @@ async def test_an_error_in_the_helper_fails_that_batch_only() -> None:
         assert [c.content for c in done.candidates[0]][-1] == "I prefer tea."
         assert (helper.prepared, helper.restarts) == (1, 0)
         assert [p.pid for p in multiprocessing.active_children()] == [child.pid]
+    finally:
+        await helper.close()
+
+
+async def test_a_helper_killed_in_the_middle_of_its_answer_fails_that_batch_at_once() -> None:
+    """The child SIGKILLed while it writes a batch's answer (larger than the pipe holds, so
+    it is stopped in the middle of it): the worker's read ends with ``HelperGone`` instead of
+    waiting for the rest of the answer for ever, and the next batch gets a new child."""
+    helper = Helper(Settings(), b"k" * 32)
+    await helper.start()
+    try:
+        child = helper._child
+        assert child is not None
+        turns = [
+            TurnEvent(
+                tenant="acme",
+                user="bo",
+                session="s1",
+                messages=[Message(role=Role.USER, content=f"note {i}: I prefer tea at {i}:30.")],
+            )
+            for i in range(200)
+        ]
+        # the batch handed to the child directly, and its answer left unread: the child fills
+        # the pipe and blocks in the middle of its write
+        child.work.send_bytes(pickle.dumps(turns))
+        deadline = time.monotonic() + 60
+        while not child.answers.poll(0.1):
+            assert time.monotonic() < deadline, "the child never started its answer"
+        await asyncio.sleep(0.5)
+        assert child.proc.is_alive()  # still writing: the answer is larger than the pipe
+        os.kill(child.proc.pid, signal.SIGKILL)
+        with pytest.raises(HelperGone):
+            await asyncio.wait_for(helper._receive(child), 10)
+        helper._child = None  # as prepare does once the child is gone
+        child.stop(0)
+        done = await helper.prepare(turns[:1])
+        assert done.candidates[0]
     finally:
         await helper.close()
