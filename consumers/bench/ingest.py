@@ -11,7 +11,9 @@ In one run, on one server:
 3. latency: turns paced at a fixed rate, publish-to-``stored`` per turn, while one client
    sends recall requests back to back (a mixed workload), or at most ``--recall-rate`` a
    second. Back to back, the recall load grows as recall gets faster and takes CPU from the
-   workers' ingest; a fixed rate keeps the two figures apart.
+   workers' ingest; a fixed rate keeps the two figures apart. The recall client has a
+   thread, a loop and connections of its own, as an agent's client would; each reply's
+   own ``timings_ms.total`` (the worker's search) is reported beside the client's time.
 Per-stage busy time and batch sizes come from the workers' stage metrics. ``--processes``
 picks where the workers run (consumers/bench/pipelines.py): in worker processes beside the
 benchmark, as deployed (the default: one that owns the index, the rest extract/redact
@@ -25,6 +27,7 @@ import asyncio
 import contextlib
 import json
 import random
+import threading
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -199,30 +202,47 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             )
             latencies: list[float] = []
             recall_ms: list[float] = []
+            recall_server_ms: list[float] = []  # the worker's own time, from its reply
             recall_errors = 0
-            stop = asyncio.Event()
+            stop = threading.Event()
 
             async def recall_loop() -> None:
+                # an agent's recall comes from its own client, not from the process that
+                # publishes the turns and follows every event: this loop runs on a thread of
+                # its own with its own connections, so the publisher's loop does not delay
+                # reading a reply
                 nonlocal recall_errors
+                own = {
+                    tenant: await MemoryClient(
+                        tenant, nats_url=pipe.nats_url, namespace=namespace
+                    ).connect()
+                    for tenant in clients
+                }
                 qrng = random.Random(args.seed + 1)
                 gap = 1.0 / args.recall_rate if args.recall_rate > 0 else 0.0
                 due = time.perf_counter()
-                while not stop.is_set():
-                    if gap:  # one request per slot; a late one starts at once
-                        due += gap
-                        if (wait := due - time.perf_counter()) > 0:
-                            await asyncio.sleep(wait)
-                    sess = qrng.choice(pool)
-                    query = qrng.choice(QUERIES).format(
-                        thing=qrng.choice(THINGS), day=qrng.choice(DAYS)
-                    )
-                    t0 = time.perf_counter()
-                    try:
-                        await clients[sess.tenant].recall(query, user=sess.user, top_k=10)
-                    except Exception:  # noqa: BLE001 - counted and reported: the bench goes on
-                        recall_errors += 1
-                        continue
-                    recall_ms.append((time.perf_counter() - t0) * 1000)
+                try:
+                    while not stop.is_set():
+                        if gap:  # one request per slot; a late one starts at once
+                            due += gap
+                            if (wait := due - time.perf_counter()) > 0:
+                                await asyncio.sleep(wait)
+                        sess = qrng.choice(pool)
+                        query = qrng.choice(QUERIES).format(
+                            thing=qrng.choice(THINGS), day=qrng.choice(DAYS)
+                        )
+                        t0 = time.perf_counter()
+                        try:
+                            reply = await own[sess.tenant].recall(query, user=sess.user, top_k=10)
+                        except Exception:  # noqa: BLE001 - counted and reported: the bench goes on
+                            recall_errors += 1
+                            continue
+                        recall_ms.append((time.perf_counter() - t0) * 1000)
+                        if "total" in reply.timings_ms:  # a cached reply carries none
+                            recall_server_ms.append(reply.timings_ms["total"])
+                finally:
+                    for c in own.values():
+                        await c.close()
 
             async def one(i: int) -> None:
                 t = paced[i]
@@ -241,7 +261,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
 
             paced_before = await pipe.counts()
             paced_cpu = pipe.cpu.read()
-            recaller = asyncio.create_task(recall_loop())
+            recaller = asyncio.create_task(asyncio.to_thread(asyncio.run, recall_loop()))
             paced_started = time.perf_counter()
             tasks = []
             for i in range(args.paced_turns):
@@ -296,6 +316,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             "requests": len(recall_ms),
             "errors": recall_errors,
             "latency_ms": pcts(recall_ms, (50, 95, 99)),
+            "server_ms": pcts(recall_server_ms, (50, 95, 99)),
         },
         "lost": missing + paced_missing,
         "duplicate_events": watch.duplicates,
@@ -363,6 +384,10 @@ def main(args: argparse.Namespace) -> int:
             + (f" ({rec['rate']:.0f}/s)" if rec.get("rate") else " (back to back)"),
             "p50 {p50} / p95 {p95} / p99 {p99} ms".format(**rec["latency_ms"])
             + f" ({rec['requests']} requests, {rec['errors']} errors)",
+        ),
+        (
+            "  of which searching, in the worker",
+            "p50 {p50} / p95 {p95} / p99 {p99} ms".format(**rec["server_ms"]),
         ),
         ("lost turns / duplicate events", f"{r['lost']} / {r['duplicate_events']}"),
     ]
