@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import gc
 import random
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,13 +31,11 @@ from memstream.consumers.cache import RecallCache
 from memstream.consumers.chains import batch_stage, chain_of
 from memstream.consumers.commands import CommandService
 from memstream.consumers.extractors import LlmExtractor
-from memstream.consumers.home import Home
 from memstream.consumers.logs import log
 from memstream.consumers.metrics import WorkerMetrics
 from memstream.consumers.natsconn import api_keys_required, broker_options, nats_options
 from memstream.consumers.outage import Backoff, is_outage
 from memstream.consumers.recall import RecallService, error_reply
-from memstream.consumers.recall_lane import RecallLane, RecallResponder
 from memstream.consumers.runner import StageRunner
 from memstream.consumers.services import ReadsServices, Services
 from memstream.consumers.stages import STAGE_WORK, Deps
@@ -109,13 +108,12 @@ class Worker(ReadsServices):
     _reconciler: asyncio.Task[None] | None = field(init=False, default=None)
     _tasks: set[asyncio.Task[Any]] = field(init=False, default_factory=set)
     _recall_sub: Any = field(init=False, default=None)
-    # the worker's loop, where Postgres and the bus connection live (recall may run elsewhere)
-    home: Home = field(init=False)
-    # what answers recall messages: on the worker's loop, or on the lane's thread
-    responder: RecallResponder | None = field(init=False, default=None)
-    lane: RecallLane | None = field(init=False, default=None)
     _stats_sub: Any = field(init=False, default=None)
     _redact_sub: Any = field(init=False, default=None)
+    _recall_slots: asyncio.Semaphore = field(
+        init=False, default_factory=lambda: asyncio.Semaphore(64)
+    )
+    _recall_pending: int = field(init=False, default=0)
     _stopping: bool = field(init=False, default=False)
     # set when a NATS connection closed for good (it reconnects forever, so only if the
     # client gave up anyway): `memstream worker` then exits non-zero for its supervisor
@@ -127,7 +125,6 @@ class Worker(ReadsServices):
 
     async def start(self) -> None:
         quieter_gc()
-        self.home = Home()
         s = Subjects(self.settings.namespace)
         self._nc = await nats.connect(
             servers(self.nats_url),
@@ -161,8 +158,7 @@ class Worker(ReadsServices):
         )
         self.recall = RecallService(self.services)
         self.recall.telemetry = self.telemetry
-        self.recall.home = self.home
-        self.auth = Authenticator(self.services.store, api_keys_required(self.settings), self.home)
+        self.auth = Authenticator(self.services.store, api_keys_required(self.settings))
         self.commands = CommandService(self.deps, self.recall, self.auth)
         self.broker = _Broker(
             servers(self.nats_url),
@@ -218,28 +214,11 @@ class Worker(ReadsServices):
     async def _answer_requests(self, s: Subjects) -> None:
         """The recall responder and the command responders (queue groups: one process of
         the deployment answers each request)."""
-
         # Recall is the hot path: a plain nats-py queue subscription, so no broker middleware
-        # adds to every request's latency; each request in its own task. With an index whose
-        # reads may run on any loop, on a thread of its own (consumers/recall_lane.py)
-        def responder() -> RecallResponder:
-            return RecallResponder(
-                self.answer_recall, lambda: self.settings, self.recall, self.telemetry
-            )
-
-        if self.settings.recall_thread and self.vectors.reads_any_loop:
-            self.lane = RecallLane(
-                responder, self._lane_connection, s.recall, s.queue_group, self.home, self.lost.set
-            )
-            await self.lane.start()
-        else:
-            self.responder = responder()
-            self._recall_sub = await self._nc.subscribe(
-                s.recall,
-                queue=s.queue_group,
-                cb=self.responder.message,
-                pending_msgs_limit=100_000,
-            )
+        # adds to every request's latency; each request in its own task.
+        self._recall_sub = await self._nc.subscribe(
+            s.recall, queue=s.queue_group, cb=self._recall_message, pending_msgs_limit=100_000
+        )
         for verb in VERBS:
             self.broker.subscriber(s.cmd(verb), queue=s.queue_group, ack_policy=AckPolicy.MANUAL)(
                 self._command_handler(verb)
@@ -280,20 +259,38 @@ class Worker(ReadsServices):
             log.error("worker.nats_closed", action="exiting for the supervisor to restart")
         self.lost.set()
 
-    async def _lane_connection(self, closed: Any) -> Any:
-        return await nats.connect(
-            servers(self.nats_url),
-            name="memstream-worker-recall",
-            **nats_options(self.settings),
-            **reconnect_forever(closed),
-        )
+    async def _recall_message(self, msg: Any) -> None:
+        if msg.reply and not safe_reply(msg.reply, self.settings.namespace):
+            log.warning("recall.refused", reason="reply subject is not an inbox")
+            return
+        if self._recall_pending >= self.settings.recall_max_pending:
+            # overloaded: say so at once rather than queue without bound (each queued request
+            # holds a task and its body); the agent may retry or go without memories
+            self.recall.failed += 1
+            if msg.reply:
+                await msg.respond(error_reply(ErrorCode.UNAVAILABLE, "recall is overloaded"))
+            return
+        self._recall_pending += 1
+        self._spawn(self._answer_recall(msg))
+
+    async def _answer_recall(self, msg: Any) -> None:
+        started = time.perf_counter()
+        try:
+            async with asyncio.timeout(self.settings.recall_deadline_s):
+                async with self._recall_slots:  # bounded concurrency; the rest wait here
+                    data = await self.answer_recall(msg.data)
+        except TimeoutError:
+            self.recall.failed += 1
+            data = error_reply(ErrorCode.TIMEOUT, "recall did not finish within its deadline")
+        finally:
+            self._recall_pending -= 1
+            self.telemetry.recall_answered(time.perf_counter() - started)
+        if msg.reply:
+            with contextlib.suppress(Exception):  # the requester or NATS may be gone
+                await msg.respond(data)
 
     async def answer_recall(self, body: bytes) -> bytes:
-        """One recall request in, one reply (RecallReply or ErrorReply) out; never raises.
-        Runs on the recall lane's loop or the worker's (``home``)."""
-        if not self.vectors.reads_any_loop and not self.home.here():
-            # an index swapped for one tied to the worker's loop: answer there
-            return await self.home.run(self.answer_recall(body))
+        """One recall request in, one reply (RecallReply or ErrorReply) out; never raises."""
         try:
             req = RecallRequest.model_validate_json(body)
         except ValidationError as exc:
@@ -308,7 +305,7 @@ class Worker(ReadsServices):
             return error_reply(ErrorCode.UNAUTHORIZED, refusal)
         cache = self.deps.cache if req.cache else None
         key = cache.key(req) if cache is not None else ""
-        if cache is not None and (cached := await self._cached(cache, key)) is not None:
+        if cache is not None and (cached := await cache.get(key)) is not None:
             self.recall.served += 1
             return cached
         try:
@@ -325,15 +322,8 @@ class Worker(ReadsServices):
             return error_reply(ErrorCode.INTERNAL, "recall failed inside the server")
         self.recall.served += 1
         if cache is not None and not reply.degraded:
-            self.home.call(self._spawn, cache.put(key, reply))  # the bucket lives there
+            self._spawn(cache.put(key, reply))
         return reply.model_dump_json().encode()
-
-    async def _cached(self, cache: RecallCache, key: str) -> bytes | None:
-        """``cache.get`` from either loop: an entry this worker does not know of misses at
-        once wherever it runs; one it knows of is read on the worker's loop (its bucket)."""
-        if self.home.here() or not cache.known_now(key):
-            return await cache.get(key)
-        return await self.home.run(cache.get(key))
 
     def _spawn(self, coro: Any) -> None:
         task = asyncio.create_task(coro)
@@ -440,12 +430,8 @@ class Worker(ReadsServices):
         for sub in (self._stats_sub, self._redact_sub):
             if sub is not None and not closed:
                 await sub.unsubscribe()
-        if self.lane is not None:
-            await self.lane.stop()
         if self._recall_sub is not None and not closed:
             await self._recall_sub.drain()
-        if self.responder is not None:
-            await self.responder.finish()
         await self.broker.stop()
         if self.services.helper is not None:
             await self.services.helper.close()

@@ -16,7 +16,6 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from memstream.consumers.home import Home
 from memstream.storage.pgports import Keys
 from memstream.storage.postgres import hash_key
 
@@ -33,9 +32,8 @@ class KeyIdentity:
 
 
 class Authenticator:
-    def __init__(self, keys: Keys, required: bool, home: Home | None = None) -> None:
-        """``home``: the loop that owns ``keys`` (the recall thread checks keys too)."""
-        self.pg, self.required, self.home = keys, required, home
+    def __init__(self, keys: Keys, required: bool) -> None:
+        self.pg, self.required = keys, required
         # key hash -> (identity or None for an unknown key, valid until)
         self._known: dict[str, tuple[KeyIdentity | None, float]] = {}
 
@@ -46,8 +44,7 @@ class Authenticator:
         now = time.monotonic()
         known = self._known.get(digest)
         if known is None or known[1] < now:
-            lookup = self.pg.identity_of_key(api_key)
-            found = await (self.home.run(lookup) if self.home is not None else lookup)
+            found = await self.pg.identity_of_key(api_key)
             ident = KeyIdentity(*found) if found is not None else None
             known = (ident, now + CACHE_S)
             if len(self._known) > 10_000:

@@ -192,13 +192,9 @@ class RecallCache:
         body = req.model_dump_json(exclude={"cache", "api_key"})
         return f"q.{_digest(req.tenant, req.user, req.agent, gu, ga, gt, body)}"
 
-    def known_now(self, key: str) -> bool:
-        """Whether this worker knows of a live entry under ``key`` (no KV call)."""
-        return self.known.get(key, 0.0) > time.monotonic()
-
     async def get(self, key: str) -> bytes | None:
         """The cached reply under ``key`` (from ``key(req)``), or None."""
-        if not self.known_now(key):
+        if self.known.get(key, 0.0) <= time.monotonic():
             self.misses += 1  # not in the bucket as far as this worker knows: no KV call
             return None
         try:

@@ -21,7 +21,6 @@ from collections import deque
 from collections.abc import Awaitable, Mapping
 from typing import Any, TypeVar
 
-from memstream.consumers.home import Home
 from memstream.consumers.indexing import record_of
 from memstream.consumers.logs import log
 from memstream.consumers.metrics import WorkerMetrics
@@ -115,9 +114,6 @@ class RecallService(ReadsServices):
         # server time of the latest recalls, for the console's p50/p95 (memstream.console)
         self.latencies_ms: deque[float] = deque(maxlen=512)
         self.telemetry: WorkerMetrics | None = None  # per-leg histograms (consumers/metrics.py)
-        # the loop that owns the store: recall may run on the recall thread's loop
-        # (consumers/recall_lane.py), and its Postgres reads and access counts go there
-        self.home: Home | None = None
 
     @property
     def pg(self) -> MemoryReads:
@@ -184,8 +180,6 @@ class RecallService(ReadsServices):
     async def _postgres_keyword(
         self, req: RecallRequest, flt: OwnerFilter, n: int
     ) -> list[tuple[Mapping[str, Any], float]]:
-        if self.home is not None and not self.home.here():
-            return await self.home.run(self._postgres_keyword(req, flt, n))
         found = await self.pg.keyword_search(flt, req.query, n)
         records = await self.pg.get_many(flt, [mid for mid, _ in found])
         scaled = single("keyword", found)
@@ -263,9 +257,6 @@ class RecallService(ReadsServices):
         """Queue access counts; one background flush writes them all (at most every
         ``TOUCH_EVERY_S``), so a busy recall path costs Postgres one statement per tenant
         per interval instead of one per request."""
-        if self.home is not None and not self.home.here():
-            self.home.call(self._touch, tenant, ids)  # the counts and their flush live there
-            return
         pending = self._touches.setdefault(tenant, {})
         for mid in ids:
             pending[mid] = pending.get(mid, 0) + 1

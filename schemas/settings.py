@@ -133,9 +133,6 @@ class Settings(BaseSettings):
     # at once), and the deadline of each (then `timeout`).
     recall_max_pending: int = Field(default=1024, ge=1)
     recall_deadline_s: float = Field(default=5.0, gt=0)
-    # Answer recall on a thread of its own, beside the ingest stages (consumers/recall_lane.py);
-    # only with an index whose reads may run there (Qdrant Edge)
-    recall_thread: bool = True
     # Fault benchmark only (memstream bench faults): while this file exists, the vector index
     # answers every call as unavailable. Qdrant Edge runs in-process, so nothing else can take
     # it away and bring it back (see docs/topology.md).

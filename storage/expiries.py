@@ -14,55 +14,48 @@ the old one after it, so in between both count and the answer errs towards check
 from __future__ import annotations
 
 import heapq
-import threading
 from collections import Counter
 
 __all__ = ["Expiries"]
 
 
 class Expiries:
-    """A min-heap of (expires_at, point id) per tenant with lazy deletion. Thread-safe: the
-    recall thread reads while the owner's writes change it, and a read pops stale heads (a
-    head pushed between its look and its pop would be lost without the lock)."""
+    """A min-heap of (expires_at, point id) per tenant with lazy deletion. Not thread-safe:
+    the owner serialises writes (reads may interleave with them)."""
 
-    __slots__ = ("_heaps", "_live", "_lock")
+    __slots__ = ("_heaps", "_live")
 
     def __init__(self) -> None:
         self._heaps: dict[str, list[tuple[float, str]]] = {}
         self._live: Counter[tuple[str, str, float]] = Counter()
-        self._lock = threading.Lock()
 
     def add(self, tenant: str, point_id: str, at: float) -> None:
         """Count a stored point of ``tenant`` expiring at ``at`` (unix seconds)."""
-        with self._lock:
-            key = (tenant, point_id, at)
-            if self._live[key] == 0:
-                heapq.heappush(self._heaps.setdefault(tenant, []), (at, point_id))
-            self._live[key] += 1
+        key = (tenant, point_id, at)
+        if self._live[key] == 0:
+            heapq.heappush(self._heaps.setdefault(tenant, []), (at, point_id))
+        self._live[key] += 1
 
     def remove(self, tenant: str, point_id: str, at: float) -> None:
         """Take one count of that point out (overwritten or deleted)."""
-        with self._lock:
-            key = (tenant, point_id, at)
-            left = self._live.get(key, 0) - 1
-            if left > 0:
-                self._live[key] = left
-            else:
-                self._live.pop(key, None)
+        key = (tenant, point_id, at)
+        left = self._live.get(key, 0) - 1
+        if left > 0:
+            self._live[key] = left
+        else:
+            self._live.pop(key, None)
 
     def any_expired(self, tenant: str, now: float) -> bool:
         """Whether a counted point of ``tenant`` has ``expires_at <= now``."""
-        with self._lock:
-            heap = self._heaps.get(tenant)
-            while heap:
-                at, point_id = heap[0]
-                if self._live.get((tenant, point_id, at), 0) > 0:
-                    return at <= now
-                heapq.heappop(heap)  # removed since it was pushed
-            self._heaps.pop(tenant, None)
-            return False
+        heap = self._heaps.get(tenant)
+        while heap:
+            at, point_id = heap[0]
+            if self._live.get((tenant, point_id, at), 0) > 0:
+                return at <= now
+            heapq.heappop(heap)  # removed since it was pushed
+        self._heaps.pop(tenant, None)
+        return False
 
     def held(self, tenant: str) -> int:
         """Counted points of ``tenant`` (for tests and diagnostics)."""
-        with self._lock:
-            return sum(n for (t, _, _), n in self._live.items() if t == tenant)
+        return sum(n for (t, _, _), n in self._live.items() if t == tenant)

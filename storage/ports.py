@@ -80,12 +80,6 @@ class VectorIndex(Protocol):
         """Whether searches run on the caller's event loop now (no thread or network hop):
         recall then runs its two legs one after the other instead of side by side."""
 
-    @property
-    def reads_any_loop(self) -> bool:
-        """Whether the reads (searches, fetch) may be called from any thread's event loop,
-        not only the one that opened the index: the recall responder then runs on a thread
-        of its own (consumers/recall_lane.py)."""
-
     async def ensure(self, dim: int) -> None:
         """Create the collection and its payload indexes if missing (or add what is missing)."""
 

@@ -201,12 +201,6 @@ class EdgeVectorIndex:
         return since is not None and since <= self.inline_unoptimized_max
 
     @property
-    def reads_any_loop(self) -> bool:
-        """True: the engine is in this process and holds no loop; its Python-side state that
-        reads use (term statistics, expiries) is safe to read beside the owner's writes."""
-        return True
-
-    @property
     def shard(self) -> qe.EdgeShard:
         if self._shard is None:
             raise ConfigurationError(f"EdgeVectorIndex({self.path}) used before ensure()")

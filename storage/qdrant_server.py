@@ -442,11 +442,6 @@ class ServerVectorIndex:
         """Never: every search is a call to the server (recall overlaps its two legs)."""
         return False
 
-    @property
-    def reads_any_loop(self) -> bool:
-        """No: the client's connections belong to the loop that made them."""
-        return False
-
     async def count(self, tenant: str | None = None) -> int:
         """Points stored, of one tenant or of all (expired ones included)."""
         flt = models.Filter(must=[_match("tenant", tenant)]) if tenant is not None else None

@@ -94,13 +94,8 @@ async def in_processes(extra: int) -> AsyncIterator[Pipeline]:
                 "MEMSTREAM_NAMESPACE": namespace,
                 # one key for every process: placeholders must match whichever one redacts
                 "MEMSTREAM_REDACTION_KEY": secrets.token_hex(32),
-                # the settings under test (MEMSTREAM_STAGE__BATCHED ..., where recall runs), as
-                # given here
-                **{
-                    k: v
-                    for k, v in os.environ.items()
-                    if k.startswith("MEMSTREAM_STAGE__") or k == "MEMSTREAM_RECALL_THREAD"
-                },
+                # the stage settings under test (MEMSTREAM_STAGE__BATCHED ...), as given here
+                **{k: v for k, v in os.environ.items() if k.startswith("MEMSTREAM_STAGE__")},
             }
             workers = [WorkerProcess(env, base / "owner", base / "owner.log")]
             workers += fleet.extras(env, base, extra)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import threading
 from pathlib import Path
 
 import nats
@@ -15,7 +14,6 @@ from workers import start_worker
 
 from memstream.consumers.embedded import EmbeddedNats
 from memstream.consumers.ops import serve_http
-from memstream.consumers.recall_lane import SLOTS
 from memstream.schemas.recall import RecallRequest
 from memstream.schemas.settings import Settings
 from memstream.storage.ports import Embedder
@@ -59,62 +57,20 @@ async def test_recall_is_bounded_and_every_request_has_a_deadline(running) -> No
     worker.services.settings = worker.settings.model_copy(
         update={"recall_max_pending": 4, "recall_deadline_s": 0.5}
     )
-    lane = worker.lane  # recall runs on its own thread: its slots belong to that loop
-    assert lane is not None and lane.responder is not None
-    responder = lane.responder
-
-    async def take() -> None:
-        for _ in range(SLOTS):  # every slot busy, as under a flood of slow recalls
-            await responder.slots.acquire()
-
-    async def give() -> None:
-        for _ in range(SLOTS):
-            responder.slots.release()
-
-    await lane.run(take())
+    for _ in range(64):  # every slot busy, as under a flood of slow recalls
+        await worker._recall_slots.acquire()
     body = RecallRequest(tenant="acme", user="x", query="anything").model_dump_json().encode()
     nc = await nats.connect(running.nats_url)
     try:
         subject = worker.deps.subjects.recall
         replies = await asyncio.gather(*(_request(nc, subject, body) for _ in range(12)))
     finally:
-        await lane.run(give())
+        for _ in range(64):
+            worker._recall_slots.release()
         await nc.close()
     codes = sorted(str(r["error"]["code"]) for r in replies)  # type: ignore[index]
     assert codes == ["timeout"] * 4 + ["unavailable"] * 8
-    assert responder.pending == 0
-
-
-async def test_recall_is_answered_while_the_workers_loop_is_busy(running) -> None:
-    """Recall has a thread and a connection of its own: a request is answered while the
-    worker's event loop (the ingest stages' loop) is held by one long step. It fails when
-    recall is answered on the worker's loop: the request then waits for the step."""
-    worker = running.worker
-    async with running.client("acme", user="busy") as mem:
-        await mem.remember("the launch checklist is in the blue folder")
-    body = RecallRequest(tenant="acme", user="busy", query="launch checklist")
-    subject = worker.deps.subjects.recall
-    replies: list[dict[str, object]] = []
-    answered = threading.Event()
-
-    def ask() -> None:
-        async def one() -> None:
-            nc = await nats.connect(running.nats_url)
-            try:
-                replies.append(await _request(nc, subject, body.model_dump_json().encode()))
-            finally:
-                await nc.close()
-
-        asyncio.run(one())
-        answered.set()
-
-    asker = threading.Thread(target=ask)
-    asker.start()
-    got = answered.wait(8)  # a blocking wait: the worker's loop runs nothing meanwhile
-    asker.join()
-    assert got, "no reply while the worker's loop was busy"
-    hits = replies[0]["hits"]
-    assert isinstance(hits, list) and "blue folder" in hits[0]["text"]
+    assert worker._recall_pending == 0
 
 
 async def test_closed_nats_connection_marks_the_worker_lost(
