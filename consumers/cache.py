@@ -39,8 +39,9 @@ import uuid
 from collections.abc import Iterable
 from typing import Any
 
+from nats.errors import Error as NatsError
 from nats.js import JetStreamContext
-from nats.js.api import KeyValueConfig, StorageType
+from nats.js.api import KeyValueConfig, StorageType, StreamConfig
 from nats.js.errors import BucketNotFoundError, KeyNotFoundError, NotFoundError
 
 from memstream.consumers.logs import log
@@ -98,7 +99,9 @@ class RecallCache:
             self.kv = await self.js.key_value(self.bucket)
         except BucketNotFoundError:
             self.kv = await self.js.create_key_value(cfg)
-        created = (await self.js.stream_info(self.stream)).created
+        info = await self.js.stream_info(self.stream)
+        await self._conform(info.config)
+        created = info.created
         if self._created is not None and created != self._created:
             # a new bucket: no entry of the old one survived, nor did its generations
             self.gens.clear()
@@ -113,6 +116,34 @@ class RecallCache:
         ]
         for task in self._watches:
             task.add_done_callback(self._watch_ended)
+
+    async def _conform(self, config: StreamConfig) -> None:
+        """Give a bucket made under other settings this worker's replicas and TTL, as
+        ``topology.apply`` does for the streams: a bucket left at R1 when the streams were
+        raised to R3 is lost with its one node, and every bump then holds up the store stage
+        until the bucket is made again. A change the server refuses (more replicas than
+        nodes) is logged, and the bucket is used as it is."""
+        if config.num_replicas == self.replicas and config.max_age == self.ttl_s:
+            return
+        was = (config.num_replicas, config.max_age)
+        config.num_replicas, config.max_age = self.replicas, self.ttl_s
+        try:
+            await self.js.update_stream(config)
+        except NatsError as exc:
+            log.warning(
+                "cache.bucket_not_updated",
+                bucket=self.bucket,
+                replicas=was[0],
+                wanted=self.replicas,
+                error=type(exc).__name__,
+            )
+            return
+        log.info(
+            "cache.bucket_updated",
+            bucket=self.bucket,
+            replicas=f"{was[0]}->{self.replicas}",
+            ttl_s=f"{was[1]}->{self.ttl_s}",
+        )
 
     async def _ensure(self) -> None:
         """Re-open when the bucket is gone (NATS restarted), was replaced, or a watch ended."""

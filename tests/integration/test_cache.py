@@ -119,3 +119,29 @@ async def test_a_watch_that_stops_early_is_logged_with_its_reason(caches) -> Non
             "log_level": "warning",
         }
     ]
+
+
+async def test_a_bucket_made_under_other_settings_takes_this_workers_ttl(nats_url: str) -> None:
+    """A bucket an earlier version or setting made (another TTL) is updated when a worker
+    opens it; a change the server refuses (three replicas on one server) leaves the bucket
+    as it is and the cache working. The replicas case, on a cluster: test_nats_cluster.py."""
+    nc = await nats.connect(nats_url)
+    js = nc.jetstream()
+    bucket = f"cache{uuid.uuid4().hex[:8]}"
+    await js.create_key_value(bucket=bucket, ttl=30, history=1)
+    longer, refused = RecallCache(js, bucket, 60), RecallCache(js, bucket, 90, replicas=3)
+    try:
+        await longer.start()
+        info = await js.stream_info(longer.stream)
+        assert info.config.max_age == 60 and info.config.num_replicas == 1
+        await refused.start()  # one server cannot hold three replicas: logged, not raised
+        info = await js.stream_info(refused.stream)
+        assert info.config.max_age == 60 and info.config.num_replicas == 1
+        key = refused.key(request("still cached?"))
+        await refused.put(key, REPLY)
+        assert await refused.get(key) is not None
+    finally:
+        await longer.stop()
+        await refused.stop()
+        await js.delete_key_value(bucket)
+        await nc.close()

@@ -20,6 +20,7 @@ import pytest
 
 from memstream.consumers import creds
 from memstream.consumers.app import Worker
+from memstream.consumers.cache import RecallCache
 from memstream.consumers.embedded import free_port, nats_server_binary, wait_for_port
 from memstream.consumers.run import make_vector_index
 from memstream.consumers.services import Services
@@ -237,3 +238,34 @@ async def _stored_at_least(pg: PgStore, n: int) -> bool:
 
 async def _all_indexed(pg: PgStore) -> bool:
     return not await pg.unindexed(1)
+
+
+async def test_an_r1_cache_bucket_is_raised_to_the_streams_replicas(
+    cluster: list[Node], authority: Path
+) -> None:
+    """A recall-cache bucket made at R1 (before the streams were raised to R3) is raised to
+    R3 when a worker opens it, so it outlives the node that held it."""
+    await _until(lambda: asyncio.to_thread(_meta_ready, cluster[0]), 30, "a JetStream leader")
+    urls = ",".join(node.url for node in cluster)
+    worker_creds = authority / creds.WORKER_CREDS
+    await _until(lambda: _places_r3(urls, worker_creds), 60, "the cluster to place R3 streams")
+    nc = await nats.connect(urls.split(","), user_credentials=str(worker_creds))
+    js = nc.jetstream()
+    bucket = Subjects(NS).stream("recall_cache")
+    await js.create_key_value(bucket=bucket, ttl=30, history=1, replicas=1)
+    cache = RecallCache(js, bucket, 30, replicas=3)
+    try:
+        await cache.start()
+
+        async def two_followers() -> bool:
+            info = await js.stream_info(cache.stream)
+            return (
+                info.config.num_replicas == 3
+                and info.cluster is not None
+                and len(info.cluster.replicas or []) == 2
+            )
+
+        await _until(two_followers, 30, "the bucket at R3")
+    finally:
+        await cache.stop()
+        await nc.close()
