@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import secrets
 import sys
 import time
 from pathlib import Path
@@ -26,6 +27,11 @@ from memstream.schemas.subjects import token
 OPERATOR, SYSTEM, ACCOUNT = "operator.nk", "system.nk", "account.nk"
 AUTH_CONF, WORKER_CREDS, REVOKED = "auth.conf", "worker.creds", "revoked.json"
 OPERATOR_JWT = "operator.jwt"
+ROUTES_CONF = "routes.conf"
+ROUTE_USER = "route"
+# the peers deploy/compose.yaml names; other hosts: pass --routes to nats-server (with the
+# password, ``route_url``)
+PEERS = ("nats-1", "nats-2", "nats-3")
 
 
 def write_private(path: Path, text: str, overwrite: bool = False) -> None:
@@ -78,9 +84,42 @@ def init(directory: Path, namespace: str) -> list[Path]:
     tmp.write_text(conf)
     tmp.replace(directory / AUTH_CONF)
     written = [directory / AUTH_CONF]
+    if not (directory / ROUTES_CONF).exists():
+        written.append(_routes(directory))
     if not (directory / WORKER_CREDS).exists():
         written.append(worker(directory, namespace, directory / WORKER_CREDS))
     return written
+
+
+def _routes(directory: Path) -> Path:
+    """``routes.conf``, included in the ``cluster`` block of deploy/nats/nats.conf: a node
+    accepts a route only with this password, and dials its peers with it. Without it anyone
+    who reaches the cluster port could join as a node and see every account's messages,
+    whatever the credentials of the clients. Written once (mode 0600): every node of a
+    cluster needs the same file."""
+    password = secrets.token_hex(24)  # hex: safe inside a URL and a quoted string
+    urls = "\n".join(f"  {route_url(password, f'{peer}:6222')}" for peer in PEERS)
+    write_private(
+        directory / ROUTES_CONF,
+        "# written by `memstream creds init`: the cluster's route password (docs/security.md)\n"
+        f'authorization {{\n  user: {ROUTE_USER}\n  password: "{password}"\n  timeout: 2\n}}\n'
+        f"routes: [\n{urls}\n]\n",
+    )
+    return directory / ROUTES_CONF
+
+
+def route_url(password: str, host_port: str) -> str:
+    """A route to ``host:port`` that the peers' ``routes.conf`` accepts."""
+    return f"nats://{ROUTE_USER}:{password}@{host_port}"
+
+
+def route_password(directory: Path) -> str:
+    """The route password of the authority in ``directory`` (for ``--routes`` URLs)."""
+    for line in (directory / ROUTES_CONF).read_text().splitlines():
+        name, _, value = line.strip().partition(":")
+        if name == "password":
+            return value.strip().strip('"')
+    raise ConfigurationError(f"no route password in {directory / ROUTES_CONF}")
 
 
 def _operator_jwt(directory: Path, op: bytes, sys_pub: str) -> str:
@@ -236,7 +275,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("creds", help="NATS operator/accounts and per-tenant bus credentials")
     actions = p.add_subparsers(dest="action", required=True)
     for name, help_text in (
-        ("init", "create the operator and accounts; write auth.conf and worker.creds"),
+        (
+            "init",
+            "create the operator and accounts; write auth.conf, routes.conf and worker.creds",
+        ),
         ("create", "issue an agent credential of a tenant (a .creds file)"),
         ("worker", "issue another worker credential"),
         ("service", "issue a credential for a front end serving every tenant (gateway, MCP)"),

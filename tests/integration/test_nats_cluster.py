@@ -14,6 +14,7 @@ import time
 import urllib.request
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import nats
 import pytest
@@ -48,21 +49,27 @@ def authority(tmp_path: Path) -> Path:
 
 
 class Node:
-    """One nats-server on the shipped nats.conf: only the store directory is rewritten (from
-    /data); name, ports and routes come from the command line, as compose gives them."""
+    """One nats-server on the shipped nats.conf: the store directory (from /data) and the
+    cluster port (from 6222, on loopback) are rewritten; the route authorization is the
+    file's (its routes.conf). Name, client ports and routes come from the command line, as
+    compose gives them. The cluster port is not given as ``--cluster``: that flag replaces
+    the file's route authorization with its URL's user and password."""
 
     def __init__(self, home: Path, name: str, cluster_port: int, routes: str) -> None:
         self.home, self.port, self.monitor = home, free_port(), free_port()
+        self.cluster_port = cluster_port
         self.url, self.monitor_url = (
             f"nats://127.0.0.1:{self.port}",
             f"http://127.0.0.1:{self.monitor}",
         )
         conf = DEPLOY.read_text()
-        assert "store_dir: /data" in conf
-        (home / "nats.conf").write_text(conf.replace("/data", str(home / "js")))
+        assert "store_dir: /data" in conf and "\n  port: 6222\n" in conf
+        conf = conf.replace("/data", str(home / "js"))
+        conf = conf.replace("\n  port: 6222\n", f"\n  host: 127.0.0.1\n  port: {cluster_port}\n")
+        (home / "nats.conf").write_text(conf)
         self.args = [nats_server_binary(), "-c", str(home / "nats.conf"), "--name", name]
         self.args += ["-a", "127.0.0.1", "-p", str(self.port), "-m", str(self.monitor)]
-        self.args += ["--cluster", f"nats://127.0.0.1:{cluster_port}", "--routes", routes]
+        self.args += ["--routes", routes]
         self.proc: subprocess.Popen[bytes] | None = None
         self.resume()
 
@@ -85,15 +92,18 @@ class Node:
 
 @pytest.fixture
 def cluster(tmp_path: Path, authority: Path) -> Iterator[list[Node]]:
-    """Three nodes, each on the shipped nats.conf with the same auth.conf beside it."""
+    """Three nodes, each on the shipped nats.conf with the same auth.conf and routes.conf
+    beside it."""
     ports = [free_port() for _ in range(3)]
-    routes = ",".join(f"nats://127.0.0.1:{p}" for p in ports)
+    password = creds.route_password(authority)  # routes carry it: routes.conf requires it
+    routes = ",".join(creds.route_url(password, f"127.0.0.1:{p}") for p in ports)
     nodes: list[Node] = []
     try:
         for i, port in enumerate(ports):
             home = tmp_path / f"n{i + 1}"
             home.mkdir()
-            shutil.copy(authority / creds.AUTH_CONF, home / creds.AUTH_CONF)
+            for name in (creds.AUTH_CONF, creds.ROUTES_CONF):
+                shutil.copy(authority / name, home / name)
             nodes.append(Node(home, f"nats-{i + 1}", port, routes))
         yield nodes
     finally:
@@ -269,3 +279,36 @@ async def test_an_r1_cache_bucket_is_raised_to_the_streams_replicas(
     finally:
         await cache.stop()
         await nc.close()
+
+
+def _routez(monitor_url: str) -> dict[str, Any]:
+    with urllib.request.urlopen(f"{monitor_url}/routez", timeout=2) as r:
+        routez: dict[str, Any] = json.loads(r.read())
+    return routez
+
+
+async def test_a_node_without_the_route_password_cannot_join(
+    cluster: list[Node], tmp_path: Path
+) -> None:
+    """The shipped nats.conf takes routes only with the password of routes.conf: a server
+    that reaches a node's cluster port without it is refused (it would otherwise join the
+    cluster and receive every account's messages), while the three nodes route to each
+    other."""
+    await _until(lambda: asyncio.to_thread(_meta_ready, cluster[0]), 30, "a JetStream leader")
+    port, monitor = free_port(), free_port()
+    args = [nats_server_binary(), "-a", "127.0.0.1", "-p", str(port), "-m", str(monitor)]
+    args += ["--name", "intruder", "--cluster_name", "memstream"]
+    args += ["--cluster", f"nats://127.0.0.1:{free_port()}"]
+    args += ["--routes", f"nats://127.0.0.1:{cluster[0].cluster_port}"]
+    intruder = await asyncio.to_thread(
+        subprocess.Popen, args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    try:
+        wait_for_port(monitor, 15, intruder)
+        await asyncio.sleep(3)  # it dials at once and again every second
+        names = {str(r.get("remote_name")) for r in _routez(cluster[0].monitor_url)["routes"]}
+        assert names == {"nats-2", "nats-3"}
+        assert _routez(f"http://127.0.0.1:{monitor}")["num_routes"] == 0
+    finally:
+        intruder.terminate()
+        intruder.wait(10)
