@@ -2,44 +2,34 @@
 each message, then one call per step over the whole batch.
 
 Each stage's work is a function from its batch to what it hands on (``extracted``,
-``redacted``, ``deduped``, ``stored``); a stage publishes that to the next stage's subject.
-A process hands a batch on in memory through the consecutive stages it runs
-(consumers/chains.py; docs/ingest.md, "Fused stages")."""
+``redacted`` here; ``deduped``, ``stored`` in consumers/batch_store.py, with what they write);
+a stage publishes that to the next stage's subject. A process hands a batch on in memory
+through the consecutive stages it runs (consumers/chains.py; docs/ingest.md, "Fused
+stages")."""
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Mapping, Sequence
-from collections.abc import Set as AbstractSet
-from dataclasses import dataclass, field
+from collections.abc import Sequence
 from typing import Any
 
-from memstream.consumers import indexing
+from memstream.consumers.batch_store import dedupe_batch, publish_to_stage, store_batch
 from memstream.consumers.batching import BatchStage, Decode
-from memstream.consumers.logs import log
 from memstream.consumers.offload import EMBED_SLICE, Slices, offload
 from memstream.consumers.stages import (
     STAGE_WORK,
     Deps,
     StageMetrics,
     _redact_candidate,
-    carried,
-    created_by,
     decode,
-    event_of,
-    near_filter,
     redacted_here,
     with_vectors,
 )
-from memstream.pipeline import dedupe, lifecycle, llm_extract
+from memstream.pipeline import llm_extract
 from memstream.pipeline.extract import extract
-from memstream.pipeline.lexical import dated
-from memstream.pipeline.plan import Action, plan
-from memstream.schemas.errors import InvalidMessage, TransientError
+from memstream.schemas.errors import InvalidMessage
 from memstream.schemas.events import TurnEvent
 from memstream.schemas.ids import owner_key
-from memstream.schemas.memory import SHARED_SCOPES, Candidate, MemoryEvent, MemoryRecord
-from memstream.schemas.subjects import msg_id
+from memstream.schemas.memory import Candidate
 
 
 def decode_turn(deps: Deps, body: bytes, subject: str) -> TurnEvent:
@@ -57,77 +47,6 @@ def candidate_on(stage: str) -> Decode[Candidate]:
         return c if stage == "redact" else redacted_here(deps, c, stage)
 
     return decode_candidate
-
-
-async def publish_to_stage(deps: Deps, stage: str, cands: Sequence[Candidate]) -> None:
-    """Publish candidates to the next stage, pipelined (in order); returns once every PubAck
-    arrived."""
-    await deps.publish_many(
-        [
-            (
-                deps.subjects.stage(stage, c.owner.tenant),
-                c,
-                msg_id(c.owner.tenant, f"{stage}:{c.candidate_id}"),
-            )
-            for c in cands
-        ]
-    )
-
-
-async def _emit_all(deps: Deps, events: Sequence[tuple[MemoryEvent, str, bool]]) -> None:
-    """``Deps.emit`` for a batch: each owner's recall cache bumped once, events pipelined."""
-    if deps.cache is not None:
-        await deps.cache.bump_many((e.tenant, e.user, e.agent, shared) for e, _, shared in events)
-    await deps.publish_many(
-        [
-            (deps.subjects.events(e.tenant), e, f"{e.kind}:{e.memory_id or '-'}:{cause}")
-            for e, cause, _ in events
-        ]
-    )
-
-
-async def _reindex(
-    deps: Deps,
-    keys: Sequence[tuple[str, str]],
-    followers: AbstractSet[str] = frozenset(),
-    known: Mapping[str, Sequence[float]] | None = None,
-) -> tuple[list[str], dict[str, MemoryRecord]]:
-    """(Re)build the index points of these memories from their rows, in one read, one
-    embedding call (none for the ``known`` vectors) and one upsert: the ids upserted, to be
-    marked indexed (``_marked``), and the rows read; left to the reconciler when a store is
-    away."""
-    rows: dict[str, MemoryRecord] = {}
-    try:
-        rows = await deps.pg.memories_by_id(list(dict.fromkeys(keys)))
-        ids = await indexing.upserted(
-            deps.pg, deps.vectors, deps.embedder, list(rows.values()), followers, known
-        )
-    except TransientError as exc:
-        log.warning("store.vector_deferred", count=len(keys), reason=str(exc))
-        deps.index_behind.set()  # the maintenance loop indexes them once the index answers
-        return [], rows
-    return ids, rows
-
-
-async def _marked(deps: Deps, ids: Sequence[str]) -> None:
-    """Mark upserted points indexed in Postgres. Bookkeeping for the reconciler, not an
-    output: it runs beside the batch's events, and a Postgres away leaves the rows to the
-    maintenance loop, which indexes them again (idempotent)."""
-    if not ids:
-        return
-    try:
-        await deps.pg.mark_indexed(ids)
-    except TransientError as exc:
-        log.warning("store.vector_deferred", count=len(ids), reason=str(exc))
-        deps.index_behind.set()
-
-
-async def _announced(
-    deps: Deps, ids: Sequence[str], events: Sequence[tuple[MemoryEvent, str, bool]]
-) -> None:
-    """The upserted points marked indexed and the events out, side by side: the events wait
-    for nothing the marks write (recall reads the index), and the batch is acked after both."""
-    await asyncio.gather(_marked(deps, ids), _emit_all(deps, events))
 
 
 async def memory_on(deps: Deps, events: Sequence[TurnEvent]) -> list[bool]:
@@ -188,224 +107,6 @@ async def redact_batch(deps: Deps, cands: list[Candidate]) -> int:
     out = await redacted(deps, cands)
     await publish_to_stage(deps, "dedupe", out)
     return len(out)
-
-
-@dataclass(frozen=True)
-class Merges:
-    """Candidates merged into existing memories whose index points and events are still to
-    be done (``settle``): ``(tenant, memory id)`` to re-index, and the events; and
-    candidates to fold into a batch mate once the store stage has written it, with the
-    memory id of that mate (``plan.Action.BATCH_MERGE``; only when store runs in the same
-    call)."""
-
-    keys: list[tuple[str, str]]
-    events: list[tuple[MemoryEvent, str, bool]]
-    mates: list[tuple[Candidate, str]] = field(default_factory=list)
-    # exact duplicates to merge into their memories, ``(memory id, content hash, candidate)``,
-    # not yet written: the store stage of the same call writes them in its own transaction
-    exact: list[tuple[str, str, Candidate]] = field(default_factory=list)
-
-
-async def settle(deps: Deps, merges: Merges) -> None:
-    if merges.exact:
-        await deps.pg.upsert_many(merges.exact)
-    if merges.keys:
-        upserted, _ = await _reindex(deps, merges.keys)
-        await _announced(deps, upserted, merges.events)
-
-
-async def deduped(
-    deps: Deps, cands: Sequence[Candidate], mates: bool = False
-) -> tuple[list[Candidate], Merges]:
-    """Exact and near duplicates merged into their memories in Postgres; the candidates left
-    to store, each carrying its dense vector, and the merges still to ``settle``. ``mates``:
-    the store stage runs next in the same call, so a near duplicate of an earlier candidate
-    of the batch is folded into it there (``Merges.mates``); without, both are stored."""
-    keyed = [dedupe.key(c) for c in cands]
-    # a redelivered candidate that an earlier try folded into a near-duplicate stays folded,
-    # even if an exact duplicate of it was stored since (both reads at once: the stage waits
-    # for one round trip, not two)
-    existing, was_folded = await asyncio.gather(
-        deps.pg.existing([(k.candidate.owner.tenant, k.memory_id) for k in keyed]),
-        deps.pg.folded_among([(c.owner.tenant, c.candidate_id) for c in cands]),
-    )
-    folded = {
-        i: was_folded[p]
-        for i, c in enumerate(cands)
-        if (p := (c.owner.tenant, c.candidate_id)) in was_folded
-    }
-    fresh = [
-        i
-        for i, k in enumerate(keyed)
-        if i not in folded and (k.candidate.owner.tenant, k.memory_id) not in existing
-    ]
-    neighbours: dict[int, list[tuple[str, float, str]]] = {}
-    vectors: list[list[float]] = []
-    if fresh:
-        brought = {i: v for i in fresh if (v := carried(deps, cands[i])) is not None}
-        need = [i for i in fresh if i not in brought]
-        made = deps.embedder.embed([dated(cands[i].content, cands[i].occurred_at) for i in need])
-        computed = {**brought, **dict(zip(need, made, strict=True))}
-        vectors = [computed[i] for i in fresh]
-        now = deps.clock().timestamp()
-        queries = [
-            (vector, near_filter(cands[i], now)) for i, vector in zip(fresh, vectors, strict=True)
-        ]
-        try:
-            found = await deps.vectors.search_many(queries, 3)
-            for i, hits in zip(fresh, found, strict=True):
-                neighbours[i] = dedupe.neighbours(cands[i], hits)
-        except TransientError as exc:  # index down: exact dedupe only; store keeps it unindexed
-            log.warning("dedupe.near_check_skipped", reason=type(exc).__name__)
-            neighbours = {}
-    similarity = deps.settings.near_duplicate_similarity
-    batch_near = (
-        dedupe.batch_neighbours(cands, dict(zip(fresh, vectors, strict=True)), similarity)
-        if mates and neighbours  # the index answered: the batch is checked as the index is
-        else {}
-    )
-    decisions = plan(keyed, existing, neighbours, similarity, folded, batch_near)
-    exact = [d for d in decisions if d.action is Action.MERGE]
-    # the source events merged into their memories: by ``settle``, or by the store stage of
-    # this call in its own transaction (one commit for the batch, not two)
-    exact_rows = [(d.target, d.keyed.content_hash, d.keyed.candidate) for d in exact]
-    near = [d for d in decisions if d.action is Action.NEAR_MERGE]
-    near_ok = await deps.pg.merge_many(
-        [
-            (
-                d.keyed.candidate.owner.tenant,
-                d.target,
-                d.keyed.candidate.source_event_id,
-                d.keyed.candidate.candidate_id,
-            )
-            for d in near
-        ]
-    )
-    # a near-duplicate whose target went since the search (forgotten, expired) is stored anew
-    gone = {id(d) for d, ok in zip(near, near_ok, strict=True) if not ok}
-    refolded = [d for d in decisions if d.action is Action.REFOLD]
-    merged = exact + [d for d, ok in zip(near, near_ok, strict=True) if ok] + refolded
-    forward: list[Candidate] = []
-    vector_of = dict(zip(fresh, vectors, strict=True))
-    for i, d in enumerate(decisions):
-        if d.action is Action.INSERT or id(d) in gone:
-            c = d.keyed.candidate
-            if i in vector_of:  # the store stage indexes this vector instead of embedding again
-                c = c.model_copy(update={"vector": vector_of[i]})
-            forward.append(c)
-    at = deps.clock()
-    merges = Merges(
-        [(d.keyed.candidate.owner.tenant, d.target) for d in merged],
-        [
-            (
-                event_of(d.keyed.candidate, "merged", d.target, at),
-                d.keyed.candidate.source_event_id,
-                d.keyed.candidate.scope in SHARED_SCOPES,
-            )
-            for d in merged
-        ],
-        [(d.keyed.candidate, d.target) for d in decisions if d.action is Action.BATCH_MERGE],
-        exact_rows,
-    )
-    return forward, merges
-
-
-async def dedupe_batch(deps: Deps, cands: list[Candidate]) -> int:
-    out, merges = await deduped(deps, cands)
-    await settle(deps, merges)
-    await publish_to_stage(deps, "store", out)
-    return len(out)
-
-
-async def stored(deps: Deps, cands: Sequence[Candidate], merges: Merges | None = None) -> int:
-    """The candidates written to Postgres, then indexed and announced together with
-    ``merges`` (one index upsert and one round of events for both); how many were kept.
-    With ``merges``, the candidates come from a dedupe in this same call."""
-    # a dedupe try sent these here, and a later try (a redelivery) may have folded one into a
-    # near-duplicate: storing it too would hold its turn twice. A dedupe in this same call
-    # read the folds already (``deduped``: a folded candidate is not handed on)
-    folded = (
-        {}
-        if merges is not None
-        else await deps.pg.folded_among([(c.owner.tenant, c.candidate_id) for c in cands])
-    )
-    merges = merges or Merges([], [])
-    now = deps.clock()
-    ready = []
-    for c in cands:
-        if (c.owner.tenant, c.candidate_id) in folded:
-            continue
-        expires = lifecycle.expires_at(c, now, deps.settings.ttl_s)
-        ready.append(c if expires == c.expires_at else c.model_copy(update={"expires_at": expires}))
-    keyed = [dedupe.key(c) for c in ready]
-    written = await deps.pg.upsert_many(
-        [*merges.exact, *((k.memory_id, k.content_hash, k.candidate) for k in keyed)]
-    )
-    inserted = written[len(merges.exact) :]
-    mates = await _fold_mates(deps, merges.mates)
-    new_ids = {k.memory_id for k, new in zip(keyed, inserted, strict=True) if new}
-    # a carried vector is that of the candidate's text: it is the row's only when inserted
-    known: dict[str, Sequence[float]] = {
-        k.memory_id: k.candidate.vector
-        for k, new in zip(keyed, inserted, strict=True)
-        if new and k.candidate.vector is not None
-    }
-    upserted, rows = await _reindex(
-        deps,
-        [*merges.keys, *((k.candidate.owner.tenant, k.memory_id) for k in keyed)],
-        new_ids,
-        known,
-    )
-    created = [
-        new or created_by(rows.get(k.memory_id), k.candidate)
-        for k, new in zip(keyed, inserted, strict=True)
-    ]
-    at = deps.clock()
-    await _announced(
-        deps,
-        upserted,
-        [
-            *merges.events,
-            *(
-                (
-                    event_of(c, "merged", target, at),
-                    c.source_event_id,
-                    c.scope in SHARED_SCOPES,
-                )
-                for c, target in mates
-            ),
-            *(
-                (
-                    event_of(k.candidate, "stored" if new else "merged", k.memory_id, at),
-                    k.candidate.source_event_id,
-                    k.candidate.scope in SHARED_SCOPES,
-                )
-                for k, new in zip(keyed, created, strict=True)
-            ),
-        ],
-    )
-    return len(keyed)
-
-
-async def _fold_mates(
-    deps: Deps, mates: Sequence[tuple[Candidate, str]]
-) -> list[tuple[Candidate, str]]:
-    """Fold candidates into the batch mates just written (``Merges.mates``), recorded under
-    their candidate ids as any near-duplicate fold; the ones folded. One whose mate is not
-    there (it was not written: an earlier try had folded it elsewhere) is stored itself."""
-    if not mates:
-        return []
-    found = await deps.pg.merge_many(
-        [(c.owner.tenant, target, c.source_event_id, c.candidate_id) for c, target in mates]
-    )
-    alone = [c for (c, _), ok in zip(mates, found, strict=True) if not ok]
-    if alone:
-        await stored(deps, alone)
-    return [m for m, ok in zip(mates, found, strict=True) if ok]
-
-
-async def store_batch(deps: Deps, cands: list[Candidate]) -> int:
-    return await stored(deps, cands)
 
 
 BATCH_STAGES: dict[str, BatchStage[Any]] = {

@@ -12,16 +12,12 @@ from typing import Any, TypeVar
 
 from memstream.consumers.batch_stages import (
     BATCH_STAGES,
-    Merges,
     count_redactions,
-    deduped,
     extracted,
     memory_on,
-    publish_to_stage,
     redacted,
-    settle,
-    stored,
 )
+from memstream.consumers.batch_store import Merges, deduped, publish_to_stage, settle, stored
 from memstream.consumers.batching import BatchStage, BatchWork, Begin
 from memstream.consumers.helper import retrieved
 from memstream.consumers.stages import Deps, StageMetrics

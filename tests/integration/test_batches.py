@@ -18,7 +18,8 @@ from workers import (
     refuse_inserts,
 )
 
-from memstream.consumers.batch_stages import BATCH_STAGES, Merges, stored
+from memstream.consumers.batch_stages import BATCH_STAGES
+from memstream.consumers.batch_store import Merges, stored
 from memstream.consumers.batching import BatchRunner
 from memstream.consumers.chains import batch_stage
 from memstream.consumers.dlq import dead_letters

@@ -15,7 +15,7 @@ import pytest
 from workers import start_worker
 
 from memstream.consumers.app import Worker
-from memstream.consumers.batch_stages import dedupe_batch, store_batch
+from memstream.consumers.batch_store import dedupe_batch, store_batch
 from memstream.consumers.embedded import EmbeddedNats, EmbeddedPostgres
 from memstream.consumers.run import make_vector_index
 from memstream.consumers.services import Services
