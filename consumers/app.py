@@ -2,9 +2,9 @@
 
 ``Worker`` runs the stages of its settings' roles (``Settings.stages``; all by default:
 extract, redact, dedupe, store), and with the ``recall`` role the recall and command
-responders, with the ``store`` role the index maintenance, on one FastStream NATS broker. Run
-several processes to scale (consumers/roles.py): durable pull consumers share the work, the
-responders are queue-group members.
+responders, with the ``store`` role the index maintenance (consumers/maintenance.py), on one
+FastStream NATS broker. Run several processes to scale (consumers/roles.py): durable pull
+consumers share the work, the responders are queue-group members.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from faststream.nats import JStream, NatsBroker, PullSub
 from faststream.nats.annotations import NatsMessage
 from pydantic import ValidationError
 
-from memstream.consumers import deletions, indexing, opsstats, topology
+from memstream.consumers import opsstats, topology
 from memstream.consumers.auth import Authenticator
 from memstream.consumers.batching import BatchRunner, PullLoops
 from memstream.consumers.busauth import safe_reply
@@ -32,20 +32,18 @@ from memstream.consumers.chains import batch_stage, chain_of
 from memstream.consumers.commands import CommandService
 from memstream.consumers.extractors import LlmExtractor
 from memstream.consumers.logs import log
+from memstream.consumers.maintenance import Maintenance
 from memstream.consumers.metrics import WorkerMetrics
 from memstream.consumers.natsconn import api_keys_required, broker_options, nats_options
-from memstream.consumers.outage import Backoff, is_outage
 from memstream.consumers.recall import RecallService, error_reply
 from memstream.consumers.runner import StageRunner
-from memstream.consumers.services import ReadsServices, Services
+from memstream.consumers.services import Services
 from memstream.consumers.stages import STAGE_WORK, Deps
 from memstream.producers.connection import display_url, servers
 from memstream.schemas.commands import VERBS
 from memstream.schemas.errors import ErrorCode, MemstreamError, PermanentError, describe
-from memstream.schemas.memory import MemoryEvent
 from memstream.schemas.recall import RecallRequest
 from memstream.schemas.subjects import STAGES, Subjects
-from memstream.storage.pgports import Store
 
 
 def reconnect_forever(closed: Any) -> dict[str, Any]:
@@ -92,7 +90,7 @@ def quieter_gc() -> None:
 
 
 @dataclass
-class Worker(ReadsServices):
+class Worker(Maintenance):
     services: Services
     nats_url: str
     broker: _Broker = field(init=False)
@@ -118,10 +116,6 @@ class Worker(ReadsServices):
     # set when a NATS connection closed for good (it reconnects forever, so only if the
     # client gave up anyway): `memstream worker` then exits non-zero for its supervisor
     lost: asyncio.Event = field(init=False, default_factory=asyncio.Event)
-
-    @property
-    def pg(self) -> Store:
-        return self.services.store
 
     async def start(self) -> None:
         quieter_gc()
@@ -329,96 +323,6 @@ class Worker(ReadsServices):
         task = asyncio.create_task(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
-
-    async def reconcile_once(self, limit: int = 256) -> int:
-        """Delete the points of memories forgotten, erased, superseded or expired whose delete
-        did not happen (index down, process died: ``deletions``), then index memories kept in
-        Postgres while the vector index was down: every one of them, ``limit`` at a time (an
-        outage of minutes leaves thousands). Returns how many were indexed."""
-        if removed := await deletions.drain(self.pg, self.vectors):
-            log.info("reconcile.deleted", count=removed)
-        done = 0
-        while pending := await self.pg.unindexed(limit):
-            await indexing.index(self.pg, self.vectors, self.embedder, pending)
-            log.info("reconcile.indexed", count=len(pending))
-            done += len(pending)
-            if len(pending) < limit:
-                break
-        return done
-
-    async def sweep_once(self) -> int:
-        """Purge expired memories from Postgres and the vector index; emit ``expired``."""
-        removed = await self.pg.purge_expired()
-        by_tenant: dict[str, list[str]] = {}
-        for tenant, mid, _, _ in removed:
-            by_tenant.setdefault(tenant, []).append(mid)
-        for tenant, ids in by_tenant.items():
-            await deletions.delete_points(self.pg, self.vectors, tenant, ids)
-        for tenant, mid, user, agent in removed:
-            event = MemoryEvent(
-                kind="expired",
-                tenant=tenant,
-                user=user,
-                agent=agent,
-                memory_id=mid,
-                at=self.deps.clock(),
-            )
-            await self.deps.emit(event, "sweeper", shared=True)
-        if removed:
-            log.info("sweep.expired", count=len(removed))
-        return len(removed)
-
-    async def maintain_once(self) -> None:
-        """One maintenance round: (re)create the collection if the server came back, index
-        what waited, expire what is due, and let the engine build its indexes."""
-        await self.vectors.ensure(self.embedder.dim)
-        await self.reconcile_once()
-        await self.sweep_once()
-        if await self.vectors.optimize():
-            log.info("vector_index.optimized")
-
-    async def _left_behind(self) -> bool:
-        """Whether an earlier process left memories unindexed or points undeleted (it was
-        killed during an index outage, or between a delete's two writes)."""
-        try:
-            return bool(await self.pg.unindexed(1) or await self.pg.pending_vector_deletes(1))
-        except MemstreamError:  # Postgres away: let the first round find out
-            return True
-
-    async def _reconcile_forever(self) -> None:
-        """Maintenance every ``sweep_every_s``, whatever a round raises.
-
-        A healthy wait ends early when a stage could not write to the index
-        (``deps.index_behind``; set at start too when an earlier process left work behind),
-        so memories kept unindexed during an outage are indexed within seconds of its end,
-        not at the next interval. A round failed by an outage (the index or Postgres away) is
-        tried again every 1-5 s, not woken by the deferrals meanwhile; any other failure is
-        logged and tried again after a pause that doubles from 1 s up to the interval."""
-        every = self.settings.sweep_every_s
-        pause, failing = every, False
-        backoff, outage = Backoff(1.0, every), Backoff(1.0, 5.0)
-        behind = self.deps.index_behind
-        while True:
-            if failing:
-                await asyncio.sleep(pause)
-            else:
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(behind.wait(), pause)
-            behind.clear()  # a deferral from now on asks for another round
-            try:
-                await self.maintain_once()
-            except MemstreamError as exc:
-                failing = True
-                pause = outage.next() if is_outage(exc) else backoff.next()
-                log.warning("maintenance.failed", error=type(exc).__name__, retry_in_s=pause)
-            except Exception:  # noqa: BLE001 - the maintenance loop's one catch-all: it must outlive any round
-                failing = True
-                pause = backoff.next()
-                log.exception("maintenance.error", retry_in_s=pause)
-            else:
-                pause, failing = every, False
-                backoff.reset()
-                outage.reset()
 
     async def stop(self) -> None:
         self._stopping = True

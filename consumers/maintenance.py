@@ -1,0 +1,117 @@
+"""A worker's index maintenance (the ``store`` role runs it beside the stage that writes the
+index): deletes that did not happen, memories kept unindexed during an index outage, expiry,
+the engine's optimization; and the loop that runs them (docs/topology.md)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+
+from memstream.consumers import deletions, indexing
+from memstream.consumers.logs import log
+from memstream.consumers.outage import Backoff, is_outage
+from memstream.consumers.services import ReadsServices
+from memstream.consumers.stages import Deps
+from memstream.schemas.errors import MemstreamError
+from memstream.schemas.memory import MemoryEvent
+from memstream.storage.pgports import Store
+
+
+class Maintenance(ReadsServices):
+    """What ``Worker`` runs besides its stages and responders to keep the index whole."""
+
+    deps: Deps
+
+    @property
+    def pg(self) -> Store:
+        return self.services.store
+
+    async def reconcile_once(self, limit: int = 256) -> int:
+        """Delete the points of memories forgotten, erased, superseded or expired whose delete
+        did not happen (index down, process died: ``deletions``), then index memories kept in
+        Postgres while the vector index was down: every one of them, ``limit`` at a time (an
+        outage of minutes leaves thousands). Returns how many were indexed."""
+        if removed := await deletions.drain(self.pg, self.vectors):
+            log.info("reconcile.deleted", count=removed)
+        done = 0
+        while pending := await self.pg.unindexed(limit):
+            await indexing.index(self.pg, self.vectors, self.embedder, pending)
+            log.info("reconcile.indexed", count=len(pending))
+            done += len(pending)
+            if len(pending) < limit:
+                break
+        return done
+
+    async def sweep_once(self) -> int:
+        """Purge expired memories from Postgres and the vector index; emit ``expired``."""
+        removed = await self.pg.purge_expired()
+        by_tenant: dict[str, list[str]] = {}
+        for tenant, mid, _, _ in removed:
+            by_tenant.setdefault(tenant, []).append(mid)
+        for tenant, ids in by_tenant.items():
+            await deletions.delete_points(self.pg, self.vectors, tenant, ids)
+        for tenant, mid, user, agent in removed:
+            event = MemoryEvent(
+                kind="expired",
+                tenant=tenant,
+                user=user,
+                agent=agent,
+                memory_id=mid,
+                at=self.deps.clock(),
+            )
+            await self.deps.emit(event, "sweeper", shared=True)
+        if removed:
+            log.info("sweep.expired", count=len(removed))
+        return len(removed)
+
+    async def maintain_once(self) -> None:
+        """One maintenance round: (re)create the collection if the server came back, index
+        what waited, expire what is due, and let the engine build its indexes."""
+        await self.vectors.ensure(self.embedder.dim)
+        await self.reconcile_once()
+        await self.sweep_once()
+        if await self.vectors.optimize():
+            log.info("vector_index.optimized")
+
+    async def _left_behind(self) -> bool:
+        """Whether an earlier process left memories unindexed or points undeleted (it was
+        killed during an index outage, or between a delete's two writes)."""
+        try:
+            return bool(await self.pg.unindexed(1) or await self.pg.pending_vector_deletes(1))
+        except MemstreamError:  # Postgres away: let the first round find out
+            return True
+
+    async def _reconcile_forever(self) -> None:
+        """Maintenance every ``sweep_every_s``, whatever a round raises.
+
+        A healthy wait ends early when a stage could not write to the index
+        (``deps.index_behind``; set at start too when an earlier process left work behind),
+        so memories kept unindexed during an outage are indexed within seconds of its end,
+        not at the next interval. A round failed by an outage (the index or Postgres away) is
+        tried again every 1-5 s, not woken by the deferrals meanwhile; any other failure is
+        logged and tried again after a pause that doubles from 1 s up to the interval."""
+        every = self.settings.sweep_every_s
+        pause, failing = every, False
+        backoff, outage = Backoff(1.0, every), Backoff(1.0, 5.0)
+        behind = self.deps.index_behind
+        while True:
+            if failing:
+                await asyncio.sleep(pause)
+            else:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(behind.wait(), pause)
+            behind.clear()  # a deferral from now on asks for another round
+            try:
+                await self.maintain_once()
+            except MemstreamError as exc:
+                failing = True
+                pause = outage.next() if is_outage(exc) else backoff.next()
+                log.warning("maintenance.failed", error=type(exc).__name__, retry_in_s=pause)
+            except Exception:  # noqa: BLE001 - the maintenance loop's one catch-all: it must outlive any round
+                failing = True
+                pause = backoff.next()
+                log.exception("maintenance.error", retry_in_s=pause)
+            else:
+                pause, failing = every, False
+                backoff.reset()
+                outage.reset()
