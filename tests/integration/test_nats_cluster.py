@@ -305,7 +305,15 @@ async def test_a_node_without_the_route_password_cannot_join(
     )
     try:
         wait_for_port(monitor, 15, intruder)
-        await asyncio.sleep(3)  # it dials at once and again every second
+        log = cluster[0].home / "nats-server.log"
+
+        async def dialled() -> bool:
+            # refused (node 1 logs it) or let in (a route): the check below tells which, and
+            # never runs before the intruder has tried
+            refused = "Authentication Failure" in log.read_text(errors="replace")
+            return refused or _routez(f"http://127.0.0.1:{monitor}")["num_routes"] > 0
+
+        await _until(dialled, 15, "the intruder to dial node 1")
         names = {str(r.get("remote_name")) for r in _routez(cluster[0].monitor_url)["routes"]}
         assert names == {"nats-2", "nats-3"}
         assert _routez(f"http://127.0.0.1:{monitor}")["num_routes"] == 0
