@@ -118,7 +118,7 @@ def prepare(events: Sequence[TurnEvent], redactor: Redacts, embedder: Embedder) 
     found = [extract(e) for e in events]
     extracted_at = time.perf_counter()
     # one embedding call for the whole batch (no event loop here to hand back to); a text's
-    # vector does not depend on the others of the call
+    # vector does not depend on the others of the call, but for float rounding (~1e-9)
     flat = embedded(embedder, [redact_candidate(redactor, c) for cands in found for c in cands])
     done: list[list[Candidate]] = []
     at = 0
