@@ -14,7 +14,6 @@ from memstream.producers.client import (
     PublishError,
     PublishResult,
     RecallError,
-    SyncMemoryClient,
 )
 from memstream.producers.gates import GatePolicy
 from memstream.producers.middleware import (
@@ -26,6 +25,7 @@ from memstream.producers.middleware import (
     ToolOutcome,
     TurnContext,
 )
+from memstream.producers.sync import SyncMemoryClient
 
 __all__ = [
     "AuditEvent",

@@ -1,6 +1,7 @@
 """The agent SDK.
 
-``MemoryClient`` (async) and ``SyncMemoryClient`` (a thin blocking wrapper).
+``MemoryClient`` (async); ``SyncMemoryClient`` (producers/sync.py) wraps it for blocking
+code, and the management commands' typed methods are in producers/verbs.py.
 
 - ``publish_turn`` publishes a ``TurnEvent`` to JetStream with ``Nats-Msg-Id``
   = event id and checks the PubAck: a retried publish is stored once. With
@@ -10,13 +11,8 @@
   raises ``RecallError`` with a machine-readable ``code`` and a sanitized
   message: no server address, credentials or query text in it.
 
-Exceptions::
-
-    MemoryClientError
-    +-- PublishError       the turn was not stored (no PubAck, bad event)
-    +-- ServiceError       .code in {bad_request, not_found, unavailable, timeout, internal}
-        +-- RecallError    recall failed
-        +-- CommandError   a management command failed
+The exceptions (producers/errors.py, re-exported here) all derive from
+``MemoryClientError``.
 """
 
 from __future__ import annotations
@@ -25,9 +21,7 @@ import asyncio
 import copy
 import json
 import os
-import threading
-from collections.abc import Callable, Coroutine, Sequence
-from concurrent.futures import Future
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -40,10 +34,18 @@ from nats.errors import TimeoutError as NatsTimeout
 from pydantic import ValidationError
 
 from memstream.producers.connection import NatsAuth, servers
+from memstream.producers.errors import (
+    CommandError,
+    MemoryClientError,
+    PublishError,
+    RecallError,
+    ServiceError,
+    field_errors,
+)
+from memstream.producers.verbs import Verbs
 from memstream.schemas.commands import VERBS, CommandReply
-from memstream.schemas.errors import ErrorCode, ErrorReply, describe
+from memstream.schemas.errors import ErrorCode, ErrorReply
 from memstream.schemas.events import Message, MetaValue, Role, TurnEvent
-from memstream.schemas.memory import MemoryRecord
 from memstream.schemas.recall import Method, RecallReply, RecallRequest
 from memstream.schemas.stack import read_stack
 from memstream.schemas.subjects import MSG_ID_HEADER, Subjects, msg_id
@@ -58,37 +60,10 @@ __all__ = [
     "PublishResult",
     "RecallError",
     "ServiceError",
-    "SyncMemoryClient",
     "discover_nats_url",
 ]
 
 T = TypeVar("T")
-
-
-class MemoryClientError(Exception):
-    """Base of the SDK's errors."""
-
-
-class PublishError(MemoryClientError):
-    """The turn was not durably stored."""
-
-
-class ServiceError(MemoryClientError):
-    """The service answered with an error (or not at all); ``code`` says why, the message
-    is safe to log."""
-
-    def __init__(self, code: ErrorCode | str, message: str) -> None:
-        self.code = ErrorCode(code) if code in ErrorCode._value2member_map_ else ErrorCode.INTERNAL
-        self.message = message
-        super().__init__(f"{self.code.value}: {message}")
-
-
-class RecallError(ServiceError):
-    """Recall failed."""
-
-
-class CommandError(ServiceError):
-    """A management command (remember, forget, ...) failed."""
 
 
 @dataclass(frozen=True)
@@ -112,7 +87,7 @@ def discover_nats_url(state_dir: str | os.PathLike[str] | None = None) -> str:
     return read_stack(folder).get("nats_url", "nats://127.0.0.1:4222")
 
 
-class MemoryClient:
+class MemoryClient(Verbs):
     """Async client bound to one tenant (and optionally a default user/agent)."""
 
     def __init__(
@@ -374,7 +349,7 @@ class MemoryClient:
                 **options,
             )
         except (ValidationError, ValueError, TypeError) as exc:
-            raise RecallError(ErrorCode.BAD_REQUEST, _field_errors(exc)) from None
+            raise RecallError(ErrorCode.BAD_REQUEST, field_errors(exc)) from None
         data = await self._request(
             self.subjects.recall, req.model_dump_json().encode(), self.recall_timeout, RecallError
         )
@@ -406,7 +381,7 @@ class MemoryClient:
         try:
             req = model(tenant=self.tenant, api_key=self._api_key, **fields)
         except (ValidationError, ValueError, TypeError) as exc:
-            raise CommandError(ErrorCode.BAD_REQUEST, _field_errors(exc)) from None
+            raise CommandError(ErrorCode.BAD_REQUEST, field_errors(exc)) from None
         data = await self._request(
             self.subjects.cmd(verb),
             req.model_dump_json().encode(),
@@ -422,59 +397,6 @@ class MemoryClient:
         except (ValueError, AttributeError, ValidationError):
             raise CommandError(ErrorCode.INTERNAL, "the reply could not be read") from None
 
-    async def remember(self, content: str, **fields: Any) -> MemoryRecord:
-        """Store a memory explicitly (redacted and indexed like any other)."""
-        return _one(await self.command("remember", content=content, **fields))
-
-    async def get(self, memory_id: str) -> MemoryRecord:
-        return _one(await self.command("get", id=memory_id))
-
-    async def list_memories(self, **filters: Any) -> CommandReply:
-        """Newest first; filters: session, types, scopes, limit (<= 100), offset."""
-        return await self.command("list", **filters)
-
-    async def pin(self, memory_id: str) -> MemoryRecord:
-        return _one(await self.command("pin", id=memory_id))
-
-    async def unpin(self, memory_id: str) -> MemoryRecord:
-        return _one(await self.command("unpin", id=memory_id))
-
-    async def forget(self, memory_id: str) -> None:
-        await self.command("forget", id=memory_id)
-
-    async def forget_owner(self, session: str | None = None) -> dict[str, int]:
-        """Erase the owner's memories (or one session's), vectors and raw turns."""
-        return (await self.command("forget_owner", session=session)).counts
-
-    async def fact_put(self, key: str, value: str, **fields: Any) -> CommandReply:
-        return await self.command("fact_put", key=key, value=value, **fields)
-
-    async def fact_update(self, key: str, value: str, **fields: Any) -> CommandReply:
-        return await self.command("fact_update", key=key, value=value, **fields)
-
-    async def fact_history(self, key: str, at: datetime | None = None) -> list[MemoryRecord]:
-        return (await self.command("fact_history", key=key, at=at)).memories
-
-    async def pending_review(self, since: dict[str, datetime]) -> dict[str, int]:
-        return (await self.command("pending_review", since=since)).counts
-
-    async def memory_off(self, session: str) -> None:
-        await self.command("memory_off", session=session)
-
-    async def memory_on(self, session: str) -> None:
-        await self.command("memory_on", session=session)
-
-    async def peer_query(self, target_agent: str, query: str, top_k: int = 10) -> RecallReply:
-        """Read one named agent's memories (no access counted)."""
-        reply = await self.command(
-            "peer_query", target_agent=target_agent, query=query, top_k=top_k
-        )
-        return _recall_of(reply)
-
-    async def peer_query_any(self, query: str, top_k: int = 10) -> RecallReply:
-        """Read every agent's memories but the caller's (no access counted)."""
-        return _recall_of(await self.command("peer_query_any", query=query, top_k=top_k))
-
 
 def _report(
     on_done: PublishCallback | None, result: PublishResult | None, error: Exception | None
@@ -487,24 +409,6 @@ def _report(
         return
 
 
-def _one(reply: CommandReply) -> MemoryRecord:
-    if reply.memory is None:
-        raise CommandError(ErrorCode.INTERNAL, "the reply holds no memory")
-    return reply.memory
-
-
-def _recall_of(reply: CommandReply) -> RecallReply:
-    if reply.recall is None:
-        raise CommandError(ErrorCode.INTERNAL, "the reply holds no recall result")
-    return reply.recall
-
-
-def _field_errors(exc: Exception) -> str:
-    if isinstance(exc, ValidationError):
-        return describe(exc)
-    return "invalid argument"
-
-
 def _decode_reply(data: bytes) -> RecallReply:
     try:
         return RecallReply.model_validate_json(data)  # the fast path: one pass over the bytes
@@ -515,47 +419,3 @@ def _decode_reply(data: bytes) -> RecallReply:
     except ValidationError:
         raise RecallError(ErrorCode.INTERNAL, "the recall reply could not be read") from None
     raise RecallError(err.code, err.message)
-
-
-class SyncMemoryClient:
-    """Blocking wrapper: runs a MemoryClient on a private event loop thread."""
-
-    def __init__(self, tenant: str, **kwargs: Any) -> None:
-        self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(
-            target=self._loop.run_forever, daemon=True, name="memstream-sdk"
-        )
-        self._thread.start()
-        self._client = MemoryClient(tenant, **kwargs)
-
-    def _run(self, coro: Coroutine[Any, Any, T]) -> T:
-        fut: Future[T] = asyncio.run_coroutine_threadsafe(coro, self._loop)
-        return fut.result()
-
-    def publish_turn(self, messages: Sequence[Any], **kwargs: Any) -> PublishResult | None:
-        return self._run(self._client.publish_turn(messages, **kwargs))
-
-    def recall(self, query: str, **kwargs: Any) -> RecallReply:
-        return self._run(self._client.recall(query, **kwargs))
-
-    def __getattr__(self, name: str) -> Any:
-        """Every other async method of MemoryClient (remember, forget, ...), blocking."""
-        method = getattr(self._client, name)
-        if not asyncio.iscoroutinefunction(method):
-            raise AttributeError(name)
-
-        def call(*args: Any, **kwargs: Any) -> Any:
-            return self._run(method(*args, **kwargs))
-
-        return call
-
-    def close(self) -> None:
-        self._run(self._client.close())
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(5)
-
-    def __enter__(self) -> SyncMemoryClient:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()

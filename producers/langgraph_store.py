@@ -34,7 +34,7 @@ from langgraph.store.base import (
     validate_op_namespace,
 )
 
-from memstream.producers.client import CommandError, MemoryClient, SyncMemoryClient
+from memstream.producers.client import CommandError, MemoryClient
 from memstream.producers.langgraph_items import (
     MARK,
     Where,
@@ -51,6 +51,7 @@ from memstream.producers.langgraph_items import (
     value_matches,
     where,
 )
+from memstream.producers.sync import SyncMemoryClient
 from memstream.schemas.errors import ErrorCode
 from memstream.schemas.memory import MemoryRecord, MemoryType
 from memstream.schemas.recall import Hit

@@ -11,8 +11,8 @@ from memstream.producers.client import (
     MemoryClient,
     MemoryClientError,
     RecallError,
-    SyncMemoryClient,
 )
+from memstream.producers.sync import SyncMemoryClient
 
 
 def unreachable() -> str:
