@@ -191,7 +191,9 @@ class Worker(Maintenance):
         if batched and self.services.helper is not None:
             await self.services.helper.start()
         if batched:
-            self.broker.pulls = PullLoops(js, batched, self.settings.stage.batch_size)
+            self.broker.pulls = PullLoops(
+                js, batched, self.settings.stage.batch_size, self.settings.stage.ack_wait_s
+            )
             await self.broker.pulls.start()
         if "store" in roles:  # the index's maintenance goes with the stage that writes it
             if await self._left_behind():

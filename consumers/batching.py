@@ -163,8 +163,15 @@ class PullLoops:
     One batch at a time per stage: per-session order holds (DESIGN.md section 8: no
     concurrent handlers on a pull consumer)."""
 
-    def __init__(self, js: Any, runners: dict[str, tuple[str, str, BatchRunner]], size: int):
+    def __init__(
+        self,
+        js: Any,
+        runners: dict[str, tuple[str, str, BatchRunner]],
+        size: int,
+        ack_wait_s: float = 30.0,
+    ):
         self.js, self.runners, self.size = js, runners, size
+        self.ack_wait_s = ack_wait_s
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._stopping = False
 
@@ -175,13 +182,14 @@ class PullLoops:
 
     async def _loop(self, stage: str, sub: Any, runner: BatchRunner) -> None:
         backoff = Backoff(0.2, 2.0)
-        # A stage that starts its batches ahead (``BatchStage.begin``) fetches and begins the
-        # next batch while a full one finishes: a full batch means more are waiting. After a
-        # batch that was not full it waits for the batch to finish first: the next fetch
-        # would return the first turn to arrive alone, and the turns after it would wait for
-        # that one-turn batch to finish too (one more batch of latency at a light load).
-        # Batches still finish one at a time, in stream order.
+        # A stage that starts its batches ahead (``BatchStage.begin``: extraction and
+        # redaction in the helper process) fetches and begins the next batch while this one
+        # finishes, full or not: the next batch's preparation then overlaps this one's dedupe
+        # and store instead of adding to the cycle (at 500 turns/s with batches of ~20 turns
+        # it halved publish-to-recallable p50; at 50 and 150 turns/s it was no worse:
+        # docs/benchmarks.md). Batches still finish one at a time, in stream order.
         ahead = runner.stage.begin is not None
+        renew_s = self.ack_wait_s / 3
         finishing: asyncio.Task[None] | None = None
         while not self._stopping:
             try:
@@ -203,9 +211,9 @@ class PullLoops:
                 log.exception("stage.batch_error", stage=stage)
                 continue
             if finishing is not None:
-                await finishing
+                await self._behind(finishing, begun, renew_s)
                 finishing = None
-            if ahead and len(msgs) >= self.size:
+            if ahead:
                 finishing = asyncio.create_task(self._finish(stage, runner, begun))
             else:
                 await self._finish(stage, runner, begun)
@@ -213,6 +221,18 @@ class PullLoops:
             await finishing
         with contextlib.suppress(Exception):
             await sub.unsubscribe()
+
+    @staticmethod
+    async def _behind(finishing: asyncio.Task[None], begun: Begun, renew_s: float) -> None:
+        """Wait for the batch before ``begun`` to finish. It may be held through an outage
+        for longer than ``ack_wait``: ``begun``'s messages have their deadline renewed
+        meanwhile, as the held batch's are, so they are not delivered again behind it."""
+        while True:
+            done, _ = await asyncio.wait({finishing}, timeout=renew_s)
+            if done:
+                return
+            with contextlib.suppress(Exception):  # NATS away: they come back after ack_wait
+                await asyncio.gather(*(m.in_progress() for m in begun.msgs))
 
     @staticmethod
     async def _finish(stage: str, runner: BatchRunner, begun: Begun) -> None:
