@@ -11,10 +11,11 @@ and handed back by ``fetch`` / ``with_records=True``.
 IDF corpus (``idf_scope``): "tenant" (default) computes IDF over the tenant's points only, so
 one tenant's text never moves another's scores; "owner" narrows it to the user/agent the filter
 names; "collection" is collection-wide. Same options, same numbers, in the server adapter.
-The adapter keeps the document frequencies itself (``TermStats``, counted from the shard by
-``ensure`` and moved by every upsert and delete under one write lock) and sends IDF-weighted
-query vectors, so the engine does a plain dot product instead of computing a filtered IDF
-per query, which costs several times more on a large tenant (docs/benchmarks.md).
+The adapter keeps the document frequencies itself (``ShardCounts``, storage/edge_counts.py:
+counted from the shard by ``ensure`` and moved by every upsert and delete under one write
+lock) and sends IDF-weighted query vectors, so the engine does a plain dot product instead of
+computing a filtered IDF per query, which costs several times more on a large tenant
+(docs/benchmarks.md).
 
 Known gap: qdrant-edge-py 0.9.0 turns ``MatchValue(True)`` into the integer 1, so a bool
 payload field cannot be matched; pinned is stored and indexed but ``VectorFilter`` has no
@@ -67,6 +68,7 @@ from typing import Any, Literal, TypeVar, overload
 import qdrant_edge as qe
 
 from memstream.schemas.errors import ConfigurationError, MemstreamError, StorageUnavailable
+from memstream.storage.edge_counts import COUNTED_FIELDS, OWNER_FIELDS, SPARSE_NAME, ShardCounts
 from memstream.storage.edge_layout import (
     BOOL_FIELDS,
     EXACT_FIELD,
@@ -78,7 +80,6 @@ from memstream.storage.edge_layout import (
     payload,
     stored_record,
 )
-from memstream.storage.expiries import Expiries
 from memstream.storage.ports import (
     Hit,
     IdfScope,
@@ -88,13 +89,11 @@ from memstream.storage.ports import (
     VectorPoint,
     sparse_pairs,
 )
-from memstream.storage.termstats import MIN_IDF, TermStats
 
 __all__ = ["EdgeVectorIndex"]
 
 T = TypeVar("T")
 
-SPARSE_NAME = "bm25"
 _DIRECT_WRITE_MAX = 16  # points per write run on the loop; larger batches go to a thread
 # points converted for the engine between two yields to the event loop: about 1 ms, so a
 # recall waits for one slice, not for the whole batch's conversion
@@ -104,8 +103,6 @@ _BUILD_SLICE = 16
 _SEARCH_SLICE = 32
 _DIRECT_FETCH_MAX = 64  # ids per fetch run on the loop (cheaper than a thread hop); more go to one
 _SCAN_PAGE = 2000  # points per page when counting term statistics at load
-_OWNER_FIELDS = ["tenant", "user", "agent", "scope", "project"]
-_STORED_FIELDS = [*_OWNER_FIELDS, "expires_at"]  # what the adapter's own counts are made of
 _CONFIG_FILE = "edge_config.json"
 _CANONICAL = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\Z").match
 
@@ -159,10 +156,9 @@ class EdgeVectorIndex:
         self.hnsw_ef = hnsw_ef
         self.search_threads = search_threads
         self.quantize = quantize
-        self._stats = TermStats(idf_scope)  # BM25 document frequencies: IDF is applied here
-        # when each tenant's points expire: searches add the expiry condition only while one
-        # has expired (until the sweeper purges it); moved with every write, counted at load
-        self._expiries = Expiries()
+        # BM25 document frequencies (IDF is applied here) and when each tenant's points
+        # expire: counted at load, moved with every write
+        self._counts = ShardCounts(idf_scope)
         self._write_lock = asyncio.Lock()
         self._optimize_lock = asyncio.Lock()  # a second caller waits, then finds what is left
         self.vector_name = vector_name
@@ -256,10 +252,9 @@ class EdgeVectorIndex:
                     "from Postgres"
                 )
             shard = await self._in_thread("load", qe.EdgeShard.load, str(self.path), config)
-        stats = TermStats(self.idf_scope)
-        self._expiries = Expiries()
+        counts = ShardCounts(self.idf_scope)
         try:
-            if not await self._in_thread("scan", self._scan, shard, stats):
+            if not await self._in_thread("scan", self._scan, shard, counts):
                 raise ConfigurationError(
                     f"the index at {self.path} holds points without owner keys (another "
                     "layout): move it away and rebuild the index from Postgres"
@@ -267,7 +262,7 @@ class EdgeVectorIndex:
         except MemstreamError:
             await self._in_thread("close", shard.close)
             raise
-        self._stats = stats
+        self._counts = counts
         self._shard, self._dim = shard, dim
         existing = set(self._call("info", shard.info).payload_schema)
         wanted: list[tuple[str, Any]] = [("tenant", qe.KeywordIndexParams(is_tenant=True))]
@@ -281,53 +276,28 @@ class EdgeVectorIndex:
         self._last_flush = self._clock()
 
     @staticmethod
-    def _owned_terms(
-        stats: TermStats, records: Sequence[Any]
-    ) -> list[tuple[list[tuple[str, ...]], list[int]]]:
-        """(corpora, term ids) of each stored point (records with the owner fields and bm25)."""
-        out = []
-        for r in records:
-            vector = (r.vector or {}).get(SPARSE_NAME)
-            p = r.payload  # read once: each read converts the payload again
-            if vector is None or not p:
-                continue
-            out.append(
-                (stats.corpora(p["tenant"], p.get("user"), p.get("agent")), list(vector.indices))
-            )
-        return out
-
-    def _scan(self, shard: qe.EdgeShard, stats: TermStats) -> bool:
-        """Count every stored point into ``stats`` (blocking: run in a thread); False when a
-        point lacks the owner keys (another layout's shard)."""
+    def _scan(shard: qe.EdgeShard, counts: ShardCounts) -> bool:
+        """Count every stored point into ``counts`` (blocking: run in a thread, before any
+        search); False when a point lacks the owner keys (another layout's shard)."""
         offset = None
         while True:
             page = qe.ScrollRequest(
                 offset=offset,
                 limit=_SCAN_PAGE,
-                with_payload=qe.PayloadSelector.Include([*_STORED_FIELDS, EXACT_FIELD]),
+                with_payload=qe.PayloadSelector.Include([*COUNTED_FIELDS, EXACT_FIELD]),
                 with_vector=[SPARSE_NAME],
             )
             records, offset = shard.scroll(page)
-            self._count_expiring(records, 1)  # (blocking scan: no search runs yet)
-            for corpora, terms in self._owned_terms(stats, records):
-                stats.add(corpora, terms)
+            counts.count_stored(records)
             if any(EXACT_FIELD not in (r.payload or {}) for r in records):
                 return False
             if offset is None:
                 return True
 
-    def _count_expiring(self, records: Sequence[Any], sign: int) -> None:
-        """Count stored points (records with ``tenant`` and ``expires_at``) in or out."""
-        for r in records:
-            p = r.payload
-            if p and p.get("expires_at") is not None:
-                count = self._expiries.add if sign > 0 else self._expiries.remove
-                count(p["tenant"], str(r.id), float(p["expires_at"]))
-
     def may_expire(self, tenant: str, now: float | None) -> bool:
-        """Whether a search of ``tenant`` at ``now`` needs the expiry condition: only while a
-        stored point of the tenant has expired (None: no expiry filtering asked for)."""
-        return now is not None and self._expiries.any_expired(tenant, now)
+        """Whether a search of ``tenant`` at ``now`` needs the expiry condition
+        (``ShardCounts.may_expire``)."""
+        return self._counts.may_expire(tenant, now)
 
     async def _stored(self, ids: Sequence[str], tenant: str | None = None) -> list[Any]:
         """The stored points among ``ids`` (of ``tenant`` only, if given), with what the
@@ -341,18 +311,12 @@ class EdgeVectorIndex:
             len(ids) <= self.direct_fetch_max,
             shard.retrieve,
             list(ids),
-            qe.PayloadSelector.Include(_STORED_FIELDS),
+            qe.PayloadSelector.Include(COUNTED_FIELDS),
             [SPARSE_NAME],
         )
         if tenant is not None:
             found = [r for r in found if r.payload and r.payload.get("tenant") == tenant]
         return found
-
-    def _uncount(self, old: Sequence[Any]) -> None:
-        """Take points that were overwritten or deleted out of the counts."""
-        self._count_expiring(old, -1)
-        for corpora, terms in self._owned_terms(self._stats, old):
-            self._stats.add(corpora, terms, -1)
 
     async def _write(self, op: qe.UpdateOperation, size: int) -> None:
         shard = self.shard
@@ -387,7 +351,7 @@ class EdgeVectorIndex:
             ]
         op = qe.UpdateOperation.upsert_points(built)
         async with self._write_lock:  # statistics change with the write, never between
-            stats = self._stats
+            counts = self._counts
             old = await self._stored(list(self._ids([p.id for p in points])))
             latest = {str(uuid.UUID(p.id)): p for p in points}  # the last one wins
             # new expiring points count before the write, old ones leave after it: a search
@@ -398,13 +362,13 @@ class EdgeVectorIndex:
                 if p.expires_at is not None
             ]
             for entry in expiring:  # a failed write leaves them counted: checks needlessly
-                self._expiries.add(*entry)
+                counts.expiring(*entry)
             await self._write(op, len(points))
             if self._since_optimize is not None:
                 self._since_optimize += len(points)
-            self._uncount(old)
+            counts.uncount(old)
             for p in latest.values():
-                stats.add(stats.corpora(p.tenant, p.user, p.agent), p.sparse or ())
+                counts.written(p)
 
     async def _query(
         self, request: qe.QueryRequest, limit: int, with_records: bool, flt: VectorFilter
@@ -432,7 +396,7 @@ class EdgeVectorIndex:
 
     @staticmethod
     def _payload_wanted(with_records: bool) -> qe.PayloadSelector | bool:
-        return qe.PayloadSelector.Include(["record", *_OWNER_FIELDS]) if with_records else False
+        return qe.PayloadSelector.Include(["record", *OWNER_FIELDS]) if with_records else False
 
     @overload
     async def search(
@@ -514,7 +478,7 @@ class EdgeVectorIndex:
         self.shard  # noqa: B018 - before ensure() this raises ConfigurationError
         if limit <= 0 or not indices:
             return []
-        weights = self._stats.weigh(self._stats.corpus_of(flt), sparse, MIN_IDF)
+        weights = self._counts.weigh(flt, sparse)
         if not weights:
             return []  # no point of the corpus has any of the terms
         indices, values = sparse_pairs(weights)
@@ -560,7 +524,7 @@ class EdgeVectorIndex:
         async with self._write_lock:
             old = await self._stored(given, tenant)
             await self._write(op, len(ids))
-            self._uncount(old)
+            self._counts.uncount(old)
 
     async def count(self, tenant: str | None = None) -> int:
         """Points stored, of one tenant or of all (expired ones included)."""

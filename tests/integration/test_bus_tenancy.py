@@ -23,6 +23,7 @@ from memstream.consumers.app import Worker
 from memstream.consumers.redaction_key import make_redactor
 from memstream.consumers.run import Stack, make_vector_index, make_worker
 from memstream.consumers.services import Services
+from memstream.consumers.topology import apply
 from memstream.pipeline.redact import Redactor
 from memstream.producers.client import MemoryClient, RecallError
 from memstream.producers.connection import NatsAuth, creds_inbox_prefix
@@ -68,6 +69,16 @@ async def connect(bus: Bus, creds_file: Path, **kw: Any) -> tuple[Any, Violation
     opts = NatsAuth(creds=creds_file).connect_options()
     nc = await nats.connect(bus.url, error_cb=errors.record, allow_reconnect=False, **opts, **kw)
     return nc, errors
+
+
+async def with_streams(bus: Bus) -> None:
+    """The namespace's streams, as a worker makes them (idempotent): a test that publishes
+    turns needs them whichever tests ran before it."""
+    nc, _ = await connect(bus, bus.authority / creds.WORKER_CREDS)
+    try:
+        await apply(nc.jetstream(), Settings(nats_url=bus.url, namespace=NS))
+    finally:
+        await nc.close()
 
 
 @pytest.fixture
@@ -164,6 +175,7 @@ async def test_bus_auth_makes_api_keys_mandatory(bus: Bus, worker: Worker, pg: P
 async def test_tenant_credential_cannot_subscribe_outside_its_inbox(bus: Bus, subject: str) -> None:
     """Each subscription of A outside its own inbox is refused by the server, and a turn B
     publishes meanwhile never reaches it."""
+    await with_streams(bus)  # B's publish is acked: the server has routed it when it returns
     a, b = f"a-{uuid.uuid4().hex[:6]}", f"b-{uuid.uuid4().hex[:6]}"
     subject = subject.format(ns=NS, b=token(b))
     nc, errors = await connect(bus, bus.tenant(a))
