@@ -21,6 +21,9 @@ ACK_WAIT_S = 1.0
 async def test_a_batch_begun_ahead_is_not_redelivered_while_the_one_before_is_held(
     nats_url: str,
 ) -> None:
+    """Three turns fetched and begun while the batch before is held for 3.5 x ``ack_wait``:
+    none is delivered again meanwhile, and once acked none is pending. (With no renewal the
+    fetch below gets them back.)"""
     nc = await nats.connect(nats_url)
     js = nc.jetstream()
     stream = f"AHEAD{uuid.uuid4().hex[:8].upper()}"
