@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
 
-from memstream.consumers import creds, helper, roles
+from memstream.consumers import creds, helper, indexproc, roles
 from memstream.consumers.app import Worker
 from memstream.consumers.cpulatency import CpuLatencyHold, hold_cpu_latency
 from memstream.consumers.embedded import EmbeddedNats, EmbeddedPostgres
@@ -176,6 +176,12 @@ async def serve(settings: Settings, announce: bool, dev_key: bool = False) -> in
         embedder = make_embedder(settings.embedding_model, settings.embedding_path)
         redactor = make_redactor(settings, key)  # before any server starts: a bad policy stops here
         stack = await Stack.open(settings, dim=embedder.dim)
+        if indexproc.wanted(stack.settings):  # the shard opens (and locks) in that process
+            remote = indexproc.RemoteIndex(
+                stack.settings, stack.nats_url, stack.database_url, key, stack.schema
+            )
+            stack.vectors, stack.settings = remote, indexproc.without_recall(stack.settings)
+            await remote.start()
         worker = make_worker(stack, embedder, redactor)
         worker.dev_redaction_key = settings.redaction_key is None
         if helper.wanted(settings):

@@ -1,0 +1,350 @@
+"""The Qdrant Edge shard, and the recall responder, in a process of their own.
+
+Qdrant Edge runs inside the process that opens its shard, and its calls hold the interpreter
+lock. With the shard in the worker, one interpreter runs the stages' Python, the engine's
+calls and every recall, and recall waits behind all of it (docs/benchmarks.md: recall took
+40% of that process's time in a run with a client asking back to back). With
+``MEMSTREAM_STAGE__INDEX_PROCESS`` the worker starts a child that opens the shard, answers
+``<ns>.recall`` and the command verbs (a worker of the ``recall`` role, consumers/roles.py),
+and serves the worker's own index calls (``RemoteIndex``, a ``VectorIndex``) over a socket.
+The worker keeps the stages and the index's maintenance, and no longer opens the shard.
+
+Order: the child answers the worker's calls one at a time, in the order they were sent, so
+a search sent after an upsert sees the upsert, as in one process.
+
+Failures: a child that exits (killed, out of memory) fails the calls waiting on it with
+``IndexProcessGone``, a ``StorageUnavailable``: the stages take the index-away path (memories
+kept in Postgres unindexed, dedupe exact only, the maintenance loop indexing them later), and
+the next call starts a new child. Recall has no responder until the new child answers; the
+agent's request times out, as when a worker restarts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import multiprocessing
+import os
+import pickle
+import signal
+import socket
+import struct
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from memstream.consumers.helper import _exit_with, usable_cpus
+from memstream.consumers.logs import configure, log
+from memstream.schemas.errors import StorageUnavailable
+from memstream.schemas.settings import Settings
+from memstream.storage.ports import Record, RecordHit, VectorFilter, VectorPoint
+
+_FRAME = struct.Struct("!QI")  # request id, payload length
+# the calls a worker may make: the VectorIndex port's methods, nothing else of the adapter
+_METHODS = frozenset(
+    {
+        "ensure",
+        "upsert",
+        "search",
+        "search_many",
+        "search_sparse",
+        "fetch",
+        "delete",
+        "count",
+        "optimize",
+    }
+)
+START_TIMEOUT_S = 120.0  # loading the model, connecting, opening the shard
+RESPAWN_PAUSE_S = 2.0  # after a failed start, calls fail at once for this long
+
+
+class IndexProcessGone(StorageUnavailable):
+    """The index process exited (killed, out of memory) before it answered."""
+
+
+def wanted(settings: Settings) -> bool:
+    """Whether a worker of these settings runs its shard in an index process: it owns a Qdrant
+    Edge shard (every index role, no Qdrant server), the setting is on, and the machine has a
+    core to spare."""
+    from memstream.consumers.roles import INDEX_ROLES
+
+    return (
+        settings.stage.index_process
+        and not settings.qdrant_url
+        and set(settings.stages) >= INDEX_ROLES
+        and usable_cpus() >= 2
+    )
+
+
+def without_recall(settings: Settings) -> Settings:
+    """The worker's own settings once its index process answers recall."""
+    return settings.model_copy(
+        update={"stages": tuple(r for r in settings.stages if r != "recall")}
+    )
+
+
+def _frame(rid: int, answer: tuple[Any, ...]) -> bytes:
+    try:
+        data = pickle.dumps(answer, protocol=pickle.HIGHEST_PROTOCOL)
+    except Exception as exc:  # noqa: BLE001 - an answer that does not pickle: its type only
+        data = pickle.dumps(("error", StorageUnavailable(f"index process: {type(exc).__name__}")))
+    return _FRAME.pack(rid, len(data)) + data
+
+
+async def _read(reader: asyncio.StreamReader) -> tuple[int, bytes]:
+    rid, size = _FRAME.unpack(await reader.readexactly(_FRAME.size))
+    return rid, await reader.readexactly(size)
+
+
+# -- the child --------------------------------------------------------------------------
+
+
+def _child(
+    sock: socket.socket, settings: Settings, nats_url: str, dsn: str, key: bytes, schema: str
+) -> None:
+    # Ctrl-C reaches the whole process group: the worker stops the child, not the signal
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # a worker killed outright cannot stop its child: the child leaves on its own
+    threading.Thread(target=_exit_with, args=(os.getppid(),), daemon=True).start()
+    asyncio.run(_child_main(sock, settings, nats_url, dsn, key, schema))
+
+
+async def _child_main(
+    sock: socket.socket, settings: Settings, nats_url: str, dsn: str, key: bytes, schema: str
+) -> None:
+    from memstream.consumers.app import Worker, quieter_gc
+    from memstream.consumers.redaction_key import make_redactor
+    from memstream.consumers.run import make_vector_index
+    from memstream.consumers.services import Services
+    from memstream.storage.embedding import make_embedder
+    from memstream.storage.postgres import PgStore
+
+    configure(settings.log_level)
+    reader, writer = await asyncio.open_connection(sock=sock)
+    try:
+        embedder = make_embedder(settings.embedding_model, settings.embedding_path)
+        redactor = make_redactor(settings, key)
+        pg = await PgStore.connect(dsn, schema=schema)
+        vectors = make_vector_index(settings, embedder.dim)
+        try:
+            await vectors.ensure(embedder.dim)
+        except StorageUnavailable:  # as the worker starts: degraded, maintenance retries
+            log.warning("startup.vector_index_unreachable", action="starting degraded")
+        mine = settings.model_copy(update={"stages": ("recall",)})
+        worker = Worker(Services(mine, pg, vectors, embedder, redactor), nats_url)
+        worker.dev_redaction_key = settings.redaction_key is None
+        await worker.start()
+    except Exception as exc:  # noqa: BLE001 - the worker's start raises it
+        writer.write(_frame(0, ("error", exc)))
+        await writer.drain()
+        return
+    quieter_gc()
+    writer.write(_frame(0, ("ready", None)))
+    log.info("index_process.started")
+    try:
+        while True:
+            try:
+                rid, data = await _read(reader)
+            except (asyncio.IncompleteReadError, ConnectionError):
+                break  # the worker closed its end, or is gone
+            method, args, kwargs = pickle.loads(data)
+            answer: tuple[str, Any]
+            if method not in _METHODS:
+                answer = ("error", StorageUnavailable(f"index process: no method {method!r}"))
+            else:
+                try:
+                    answer = ("ok", await getattr(vectors, method)(*args, **kwargs))
+                except Exception as exc:  # noqa: BLE001 - raised again in the worker
+                    answer = ("error", exc)
+            writer.write(_frame(rid, answer))
+            if writer.transport.get_write_buffer_size() > 1 << 20:
+                await writer.drain()
+    finally:
+        with contextlib.suppress(Exception):
+            await worker.stop()
+        await vectors.close()
+        await pg.close()
+
+
+# -- the worker's side ------------------------------------------------------------------
+
+
+class RemoteIndex:
+    """``VectorIndex`` whose calls run in the index process (see the module docstring)."""
+
+    def __init__(
+        self, settings: Settings, nats_url: str, dsn: str, key: bytes, schema: str = "public"
+    ) -> None:
+        self._args = (settings, nats_url, dsn, key, schema)
+        self._proc: Any = None
+        self._writer: asyncio.StreamWriter | None = None
+        self._reading: asyncio.Task[None] | None = None
+        self._pending: dict[int, asyncio.Future[tuple[str, Any]]] = {}
+        self._ids = itertools.count(1)
+        self._lock = asyncio.Lock()  # one start at a time
+        self._failed_at = 0.0
+        self._closing = False
+        self.restarts = 0
+
+    def __repr__(self) -> str:
+        return f"RemoteIndex(running={self._writer is not None}, key=<hidden>)"
+
+    @property
+    def searches_inline(self) -> bool:
+        return False  # the searches run in the other process: side by side is free here
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc is not None else None
+
+    async def start(self) -> None:
+        """Start the index process and wait until it answers (its shard open, its recall
+        responder subscribed); its start's error is raised here."""
+        async with self._lock:
+            if self._writer is None:
+                await self._spawn()
+
+    async def _spawn(self) -> None:
+        ctx = multiprocessing.get_context("spawn")
+        mine, theirs = socket.socketpair()
+        proc = ctx.Process(
+            target=_child, args=(theirs, *self._args), name="memstream-index", daemon=True
+        )
+        proc.start()
+        theirs.close()
+        reader, writer = await asyncio.open_connection(sock=mine)
+        try:
+            async with asyncio.timeout(START_TIMEOUT_S):
+                _, data = await _read(reader)
+            kind, value = pickle.loads(data)
+        except (TimeoutError, asyncio.IncompleteReadError, ConnectionError):
+            kind, value = "error", IndexProcessGone("the index process did not start")
+        if kind != "ready":
+            writer.close()
+            await asyncio.to_thread(_stop, proc, 5)
+            raise value
+        self._proc, self._writer = proc, writer
+        self._reading = asyncio.create_task(self._answers(reader, writer))
+
+    async def _answers(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while True:
+                rid, data = await _read(reader)
+                fut = self._pending.pop(rid, None)
+                if fut is not None and not fut.done():
+                    fut.set_result(pickle.loads(data))
+        except (asyncio.IncompleteReadError, ConnectionError, OSError):
+            pass
+        if self._writer is writer:
+            self._writer = None
+            if not self._closing:
+                log.warning("index_process.gone", waiting=len(self._pending))
+        writer.close()
+        gone = IndexProcessGone("the index process exited")
+        for fut in self._pending.values():
+            if not fut.done():
+                fut.set_exception(gone)
+        self._pending.clear()
+
+    async def _running(self) -> asyncio.StreamWriter:
+        if self._writer is not None:
+            return self._writer
+        async with self._lock:
+            if self._writer is None:
+                if self._closing:
+                    raise IndexProcessGone("the index is closed")
+                if time.monotonic() - self._failed_at < RESPAWN_PAUSE_S:
+                    raise IndexProcessGone("the index process is restarting")
+                if self._proc is not None:
+                    await asyncio.to_thread(_stop, self._proc, 5)
+                    self._proc = None
+                try:
+                    await self._spawn()
+                except Exception as exc:  # noqa: BLE001 - any start failure: the index is away
+                    self._failed_at = time.monotonic()
+                    # the type only: a message could quote a connection string
+                    log.warning("index_process.start_failed", error=type(exc).__name__)
+                    raise IndexProcessGone("the index process did not start") from None
+                self.restarts += 1
+                log.warning("index_process.restarted")
+            assert self._writer is not None
+            return self._writer
+
+    async def _call(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        writer = await self._running()
+        rid = next(self._ids)
+        fut: asyncio.Future[tuple[str, Any]] = asyncio.get_running_loop().create_future()
+        self._pending[rid] = fut
+        writer.write(_frame(rid, (method, args, kwargs)))
+        with contextlib.suppress(ConnectionError):  # the reader sees the end, fails the call
+            await writer.drain()
+        kind, value = await fut
+        if kind == "error":
+            raise value
+        return value
+
+    async def ensure(self, dim: int) -> None:
+        await self._call("ensure", dim)
+
+    async def upsert(self, points: Sequence[VectorPoint]) -> None:
+        await self._call("upsert", list(points))
+
+    async def search(
+        self, vector: Sequence[float], flt: VectorFilter, limit: int, *, with_records: bool = False
+    ) -> Any:
+        return await self._call("search", vector, flt, limit, with_records=with_records)
+
+    async def search_many(
+        self, queries: Sequence[tuple[Sequence[float], VectorFilter]], limit: int
+    ) -> list[list[RecordHit]]:
+        found: list[list[RecordHit]] = await self._call("search_many", list(queries), limit)
+        return found
+
+    async def search_sparse(
+        self,
+        sparse: Mapping[int, float],
+        flt: VectorFilter,
+        limit: int,
+        *,
+        with_records: bool = False,
+    ) -> Any:
+        return await self._call(
+            "search_sparse", dict(sparse), flt, limit, with_records=with_records
+        )
+
+    async def fetch(self, tenant: str, ids: Sequence[str]) -> dict[str, Record]:
+        found: dict[str, Record] = await self._call("fetch", tenant, list(ids))
+        return found
+
+    async def delete(self, tenant: str, ids: Sequence[str]) -> None:
+        await self._call("delete", tenant, list(ids))
+
+    async def count(self, tenant: str | None = None) -> int:
+        n: int = await self._call("count", tenant)
+        return n
+
+    async def optimize(self) -> bool:
+        changed: bool = await self._call("optimize")
+        return changed
+
+    async def close(self) -> None:
+        """Stop the index process: it stops answering recall, closes the shard and exits."""
+        self._closing = True
+        writer, self._writer = self._writer, None
+        if writer is not None:
+            writer.close()
+        if self._reading is not None:
+            with contextlib.suppress(Exception):
+                await self._reading
+        if self._proc is not None:
+            await asyncio.to_thread(_stop, self._proc, 30)
+            self._proc = None
+
+
+def _stop(proc: Any, wait_s: float) -> None:
+    proc.join(wait_s)
+    if proc.is_alive():
+        proc.kill()
+        proc.join(5)

@@ -1,0 +1,108 @@
+"""The index process (consumers/indexproc.py) on a real worker, NATS, Postgres and Qdrant Edge
+shard: the worker's stages write the shard through it, recall is answered there (the worker
+itself no longer subscribes), and an index process killed in the middle of ingest costs no turn:
+the stages keep the memories unindexed, a new process takes over, and the maintenance loop
+indexes what waited."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from conftest import Running, _delete_streams
+from test_batches import TOKENS, distinct_note
+
+from memstream.consumers.app import Worker
+from memstream.consumers.indexproc import RemoteIndex, without_recall
+from memstream.consumers.services import Services
+from memstream.pipeline.redact import Redactor
+from memstream.schemas.memory import MemoryType
+from memstream.schemas.settings import Settings, StageSettings
+from memstream.storage.postgres import OwnerFilter, PgStore
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+async def remote(
+    nats_url: str, database_url: str, pg: PgStore, namespace: str, tmp_path: Path, embedder
+) -> AsyncIterator[Running]:
+    settings = Settings(
+        nats_url=nats_url,
+        namespace=namespace,
+        state_dir=tmp_path,
+        sweep_every_s=1.0,
+        stage=StageSettings(max_deliver=3, retry_delays_s=[0.2, 0.5], ack_wait_s=10),
+    )
+    index = RemoteIndex(settings, nats_url, database_url, b"test-key", schema=namespace)
+    await index.start()
+    services = Services(without_recall(settings), pg, index, embedder, Redactor(key=b"test-key"))
+    worker = Worker(services, nats_url)
+    await worker.start()
+    yield Running(without_recall(settings), worker, pg, nats_url)
+    await worker.stop()
+    await index.close()
+    await _delete_streams(nats_url, settings)
+
+
+async def _sources(running: Running) -> list[str]:
+    flt = OwnerFilter(tenant="acme", user="bo")
+    memories = await running.pg.list_memories(flt)
+    return [e for m in memories if m.type is MemoryType.EPISODE for e in m.source_event_ids]
+
+
+async def test_the_index_process_holds_the_shard_and_answers_recall(remote: Running) -> None:
+    """Twelve turns through a worker whose shard is in an index process: every memory is
+    indexed there (its count matches Postgres) and recall, which the worker does not answer,
+    finds them."""
+    index = remote.worker.vectors
+    assert isinstance(index, RemoteIndex) and index.pid not in (None, os.getpid())
+    assert remote.worker._recall_sub is None
+    async with remote.client("acme", user="bo") as mem:
+        for i in range(12):
+            await mem.publish_turn([("user", distinct_note(i))], session="s1", event_id=f"t{i}")
+        await remote.wait_for(remote.drained, 30, "ingestion")
+        hits = await mem.recall(TOKENS[3], top_k=3)
+    assert any(TOKENS[3] in h.text for h in hits.hits)
+    memories = await remote.pg.list_memories(OwnerFilter(tenant="acme"))
+    assert sorted(await _sources(remote)) == sorted(f"t{i}" for i in range(12))
+    assert await index.count("acme") == len(memories) > 0
+
+
+async def test_an_index_process_killed_during_ingest_loses_no_turn(remote: Running) -> None:
+    """The index process killed (SIGKILL) after the sixth of forty turns: each turn is stored
+    exactly once, a new index process is started, every memory ends up indexed in it, and
+    recall answers again."""
+    index = remote.worker.vectors
+    assert isinstance(index, RemoteIndex)
+    first = index.pid
+    async with remote.client("acme", user="bo") as mem:
+        for i in range(40):
+            await mem.publish_turn([("user", distinct_note(i))], session="s1", event_id=f"t{i}")
+            if i == 5:
+                await asyncio.sleep(0.3)  # some turns stored and indexed first
+                os.kill(first or 0, signal.SIGKILL)
+        await remote.wait_for(remote.drained, 60, "ingestion")
+        assert sorted(await _sources(remote)) == sorted(f"t{i}" for i in range(40))
+        memories = await remote.pg.list_memories(OwnerFilter(tenant="acme"))
+
+        async def all_indexed() -> bool:
+            try:
+                return await index.count("acme") == len(memories)
+            except Exception:  # noqa: BLE001 - the new process may still be starting
+                return False
+
+        await remote.wait_for(all_indexed, 60, "the memories indexed in a new index process")
+        assert index.restarts == 1 and index.pid not in (None, first)
+        hits = await mem.recall(TOKENS[30], top_k=3)
+    assert any(TOKENS[30] in h.text for h in hits.hits)
+
+
+def test_settings_without_recall_keep_the_other_roles() -> None:
+    """The worker beside an index process keeps every role but recall."""
+    settings = Settings()
+    assert without_recall(settings).stages == ("extract", "redact", "dedupe", "store")
