@@ -6,9 +6,10 @@ consumers/batch_stages.py."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
+from datetime import datetime
 
 from memstream.consumers import indexing
 from memstream.consumers.logs import log
@@ -167,6 +168,13 @@ async def deduped(
             log.warning("dedupe.near_check_skipped", reason=type(exc).__name__)
             neighbours = {}
     similarity = deps.settings.near_duplicate_similarity
+    if neighbours and deps.unindexed:
+        # memories of earlier batches whose points are still being written: found here
+        close = dedupe.unindexed_neighbours(
+            cands, dict(zip(fresh, vectors, strict=True)), list(deps.unindexed.values()), similarity
+        )
+        for i, more in close.items():
+            neighbours[i] = sorted([*neighbours[i], *more], key=lambda n: -n[1])
     batch_near = (
         dedupe.batch_neighbours(cands, dict(zip(fresh, vectors, strict=True)), similarity)
         if mates and neighbours  # the index answered: the batch is checked as the index is
@@ -225,10 +233,29 @@ async def dedupe_batch(deps: Deps, cands: list[Candidate]) -> int:
     return len(out)
 
 
+Tail = Callable[[Callable[[], Awaitable[None]]], Awaitable[None]]
+
+
 async def stored(deps: Deps, cands: Sequence[Candidate], merges: Merges | None = None) -> int:
     """The candidates written to Postgres, then indexed and announced together with
     ``merges`` (one index upsert and one round of events for both); how many were kept.
     With ``merges``, the candidates come from a dedupe in this same call."""
+    kept, tail = await store_begun(deps, cands, merges)
+    await tail(_nothing)
+    return kept
+
+
+async def _nothing() -> None:
+    return None
+
+
+async def store_begun(
+    deps: Deps, cands: Sequence[Candidate], merges: Merges | None = None
+) -> tuple[int, Tail]:
+    """``stored`` in two parts: the rows written (what the next batch's dedupe reads), then
+    the tail, to be awaited, that indexes and announces them. The tail takes what to wait for
+    before its events go out (the batch before, for stream order). Until the tail has written
+    the new memories' points, a dedupe finds them in ``Deps.unindexed``."""
     # a dedupe try sent these here, and a later try (a redelivery) may have folded one into a
     # near-duplicate: storing it too would hold its turn twice. A dedupe in this same call
     # read the folds already (``deduped``: a folded candidate is not handed on)
@@ -258,41 +285,55 @@ async def stored(deps: Deps, cands: Sequence[Candidate], merges: Merges | None =
         for k, new in zip(keyed, inserted, strict=True)
         if new and k.candidate.vector is not None
     }
-    upserted, rows = await _reindex(
-        deps,
-        [*merges.keys, *((k.candidate.owner.tenant, k.memory_id) for k in keyed)],
-        new_ids,
-        known,
-    )
-    created = [
-        new or created_by(rows.get(k.memory_id), k.candidate)
+    keys = [*merges.keys, *((k.candidate.owner.tenant, k.memory_id) for k in keyed)]
+    waiting = [
+        dedupe.Unindexed(k.memory_id, dedupe.group_of(k.candidate), vector, k.candidate.content)
         for k, new in zip(keyed, inserted, strict=True)
+        if new and (vector := k.candidate.vector) is not None
     ]
-    at = deps.clock()
-    await _announced(
-        deps,
-        upserted,
-        [
-            *merges.events,
-            *(
-                (
-                    event_of(c, "merged", target, at),
-                    c.source_event_id,
-                    c.scope in SHARED_SCOPES,
-                )
-                for c, target in mates
-            ),
-            *(
-                (
-                    event_of(k.candidate, "stored" if new else "merged", k.memory_id, at),
-                    k.candidate.source_event_id,
-                    k.candidate.scope in SHARED_SCOPES,
-                )
-                for k, new in zip(keyed, created, strict=True)
-            ),
-        ],
-    )
-    return len(keyed)
+    deps.unindexed.update((u.memory_id, u) for u in waiting)
+    events_of = merges.events
+
+    async def tail(before: Callable[[], Awaitable[None]]) -> None:
+        try:
+            upserted, rows = await _reindex(deps, keys, new_ids, known)
+        finally:  # in the index now, or left to the maintenance loop (the index away)
+            for u in waiting:
+                deps.unindexed.pop(u.memory_id, None)
+        created = [
+            new or created_by(rows.get(k.memory_id), k.candidate)
+            for k, new in zip(keyed, inserted, strict=True)
+        ]
+        at = deps.clock()
+        await before()
+        await _announced(deps, upserted, _events(events_of, mates, keyed, created, at))
+
+    return len(keyed), tail
+
+
+def _events(
+    merged: Sequence[tuple[MemoryEvent, str, bool]],
+    mates: Sequence[tuple[Candidate, str]],
+    keyed: Sequence[dedupe.Keyed],
+    created: Sequence[bool],
+    at: datetime,
+) -> list[tuple[MemoryEvent, str, bool]]:
+    """The events of a stored batch: its merges, its mates folded, its memories."""
+    return [
+        *merged,
+        *(
+            (event_of(c, "merged", target, at), c.source_event_id, c.scope in SHARED_SCOPES)
+            for c, target in mates
+        ),
+        *(
+            (
+                event_of(k.candidate, "stored" if new else "merged", k.memory_id, at),
+                k.candidate.source_event_id,
+                k.candidate.scope in SHARED_SCOPES,
+            )
+            for k, new in zip(keyed, created, strict=True)
+        ),
+    ]
 
 
 async def _fold_mates(

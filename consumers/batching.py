@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -73,6 +74,36 @@ class BatchStage(Generic[T]):
     work: BatchWork[T]
     single: Work  # the same stage for one message: the fallback
     begin: Begin[T] | None = None
+
+
+@dataclass
+class Overlap:
+    """How a batch begun ahead shares the pipeline with the one before it (``PullLoops``):
+    its work sets ``head_done`` once what the next batch reads is written (its rows committed;
+    see consumers/chains.py), and the next batch's work starts then; the rest of this batch
+    (its index write, events and ack) waits in ``after_before`` for the batch before to have
+    finished, so events and acks keep stream order."""
+
+    head_done: asyncio.Event
+    before: asyncio.Task[None] | None
+    msgs: Sequence[One]
+    renew_s: float
+
+    async def after_before(self) -> None:
+        """Wait until the batch before has finished (acked or gone to singles), renewing this
+        batch's ack deadlines meanwhile."""
+        if self.before is None:
+            return
+        while not self.before.done():
+            done, _ = await asyncio.wait({self.before}, timeout=self.renew_s)
+            if not done:
+                with contextlib.suppress(Exception):  # NATS away: back after ack_wait
+                    await asyncio.gather(*(m.in_progress() for m in self.msgs))
+
+
+# the overlap of the batch this task finishes (set by ``PullLoops`` for a stage that begins
+# its batches ahead); None: the batch runs alone
+OVERLAP: contextvars.ContextVar[Overlap | None] = contextvars.ContextVar("overlap", default=None)
 
 
 @dataclass
@@ -191,6 +222,8 @@ class PullLoops:
         ahead = runner.stage.begin is not None
         renew_s = self.ack_wait_s / 3
         finishing: asyncio.Task[None] | None = None
+        overlap: Overlap | None = None
+        unfinished: set[asyncio.Task[None]] = set()
         while not self._stopping:
             try:
                 msgs = await sub.fetch(self.size, timeout=1.0)
@@ -210,32 +243,46 @@ class PullLoops:
             except Exception:  # noqa: BLE001 - as a failed batch: the messages are redelivered
                 log.exception("stage.batch_error", stage=stage)
                 continue
-            if finishing is not None:
-                await self._behind(finishing, begun, renew_s)
-                finishing = None
+            if finishing is not None and overlap is not None:
+                await self._behind(finishing, overlap.head_done, begun, renew_s)
             if ahead:
-                finishing = asyncio.create_task(self._finish(stage, runner, begun))
+                overlap = Overlap(asyncio.Event(), finishing, begun.msgs, renew_s)
+                finishing = asyncio.create_task(self._finish(stage, runner, begun, overlap))
+                unfinished.add(finishing)
+                finishing.add_done_callback(unfinished.discard)
             else:
                 await self._finish(stage, runner, begun)
-        if finishing is not None:
-            await finishing
+        if unfinished:
+            await asyncio.gather(*unfinished, return_exceptions=True)
         with contextlib.suppress(Exception):
             await sub.unsubscribe()
 
     @staticmethod
-    async def _behind(finishing: asyncio.Task[None], begun: Begun, renew_s: float) -> None:
-        """Wait for the batch before ``begun`` to finish. It may be held through an outage
-        for longer than ``ack_wait``: ``begun``'s messages have their deadline renewed
-        meanwhile, as the held batch's are, so they are not delivered again behind it."""
-        while True:
-            done, _ = await asyncio.wait({finishing}, timeout=renew_s)
-            if done:
-                return
-            with contextlib.suppress(Exception):  # NATS away: they come back after ack_wait
-                await asyncio.gather(*(m.in_progress() for m in begun.msgs))
+    async def _behind(
+        finishing: asyncio.Task[None], head_done: asyncio.Event, begun: Begun, renew_s: float
+    ) -> None:
+        """Wait until the batch before ``begun`` has written what ``begun`` reads
+        (``head_done``) or has finished. It may be held through an outage for longer than
+        ``ack_wait``: ``begun``'s messages have their deadline renewed meanwhile, as the held
+        batch's are, so they are not delivered again behind it."""
+        headed = asyncio.ensure_future(head_done.wait())
+        try:
+            while True:
+                done, _ = await asyncio.wait(
+                    {finishing, headed}, timeout=renew_s, return_when=asyncio.FIRST_COMPLETED
+                )
+                if done:
+                    return
+                with contextlib.suppress(Exception):  # NATS away: back after ack_wait
+                    await asyncio.gather(*(m.in_progress() for m in begun.msgs))
+        finally:
+            headed.cancel()
 
     @staticmethod
-    async def _finish(stage: str, runner: BatchRunner, begun: Begun) -> None:
+    async def _finish(
+        stage: str, runner: BatchRunner, begun: Begun, overlap: Overlap | None = None
+    ) -> None:
+        OVERLAP.set(overlap)  # this task's own context: seen by the batch's work only
         try:
             await runner.finish(begun)
         except Exception:  # noqa: BLE001 - the loop outlives any batch; the messages are redelivered

@@ -17,8 +17,16 @@ from memstream.consumers.batch_stages import (
     memory_on,
     redacted,
 )
-from memstream.consumers.batch_store import Merges, deduped, publish_to_stage, settle, stored
-from memstream.consumers.batching import BatchStage, BatchWork, Begin
+from memstream.consumers.batch_store import (
+    Merges,
+    Tail,
+    deduped,
+    publish_to_stage,
+    settle,
+    store_begun,
+    stored,
+)
+from memstream.consumers.batching import OVERLAP, BatchStage, BatchWork, Begin
 from memstream.consumers.helper import retrieved
 from memstream.consumers.stages import Deps, StageMetrics
 from memstream.schemas.events import TurnEvent
@@ -66,28 +74,42 @@ def chain_of(stages: Sequence[str], roles: Collection[str]) -> dict[str, tuple[s
 
 
 async def _step(
-    deps: Deps, stage: str, cands: list[Candidate], merges: Merges | None, steps: Sequence[str]
+    deps: Deps,
+    stage: str,
+    cands: list[Candidate],
+    merges: Merges | None,
+    steps: Sequence[str],
+    tails: list[Tail] | None = None,
 ) -> tuple[list[Candidate], Merges | None, int]:
     """One candidate stage of a fused chain ``steps``: (what it hands on, the merges still
     to settle, its output count). Store settles the merges with its own writes, and hands on
-    nothing."""
+    nothing; with ``tails``, it leaves its index write and events there, to be awaited."""
     if stage == "redact":
         out = await redacted(deps, cands)
         return out, merges, len(out)
     if stage == "dedupe":
         out, found = await deduped(deps, cands, mates="store" in steps)
         return out, found, len(out)
-    return [], None, await stored(deps, cands, merges)
+    if tails is None:
+        return [], None, await stored(deps, cands, merges)
+    kept, tail = await store_begun(deps, cands, merges)
+    tails.append(tail)
+    return [], None, kept
 
 
 async def _later(
-    deps: Deps, steps: Sequence[str], done: int, cands: list[Candidate], merges: Merges | None
+    deps: Deps,
+    steps: Sequence[str],
+    done: int,
+    cands: list[Candidate],
+    merges: Merges | None,
+    tails: list[Tail] | None = None,
 ) -> None:
     """The stages of ``steps`` after the first ``done``, in memory; then what the last one
-    made goes to the stage after it (nothing after store)."""
+    made goes to the stage after it (nothing after store). ``tails``: as in ``_step``."""
     for stage in steps[done:]:
         cands, merges, made = await _phase(
-            deps, stage, len(cands), _step(deps, stage, cands, merges, steps)
+            deps, stage, len(cands), _step(deps, stage, cands, merges, steps, tails)
         )
         deps.metrics[stage].outputs += made
     if steps[-1] != "store":
@@ -148,12 +170,29 @@ def _helped(chain: Sequence[str]) -> Begin[TurnEvent]:
             if deps.telemetry is not None:
                 deps.telemetry.stage_handled("redact", prepared.redact_s, len(cands))
             count_redactions(deps, cands)
-            await _later(deps, steps, 2, cands, None)
+            overlap = OVERLAP.get()
+            if overlap is None:
+                await _later(deps, steps, 2, cands, None)
+                return len(cands)
+            tails: list[Tail] = []
+            await _later(deps, steps, 2, cands, None, tails)
+            overlap.head_done.set()  # the rows are written: the next batch's dedupe may begin
+            for tail in tails:
+                await _timed_tail(deps, tail(overlap.after_before))
             return len(cands)
 
         return rest
 
     return begin
+
+
+async def _timed_tail(deps: Deps, tail: Awaitable[None]) -> None:
+    """A store tail (index write, events) counted in the store stage's busy time."""
+    started = time.perf_counter()
+    try:
+        await tail
+    finally:
+        deps.metrics.setdefault("store", StageMetrics()).busy_s += time.perf_counter() - started
 
 
 def batch_stage(chain: Sequence[str], helped: bool = False) -> BatchStage[Any]:

@@ -21,6 +21,7 @@ from memstream.consumers.metrics import WorkerMetrics
 from memstream.consumers.offload import offload
 from memstream.consumers.services import ReadsServices, Services
 from memstream.pipeline import dedupe, lifecycle, llm_extract
+from memstream.pipeline.dedupe import Unindexed
 from memstream.pipeline.extract import extract
 from memstream.pipeline.lexical import dated
 from memstream.pipeline.redact import Redacts
@@ -98,6 +99,9 @@ class Deps(ReadsServices):
     # set when a memory was kept unindexed (the index or Postgres away): the maintenance
     # loop indexes it as soon as the index answers again
     index_behind: asyncio.Event = field(default_factory=asyncio.Event)
+    # memories stored by a batch whose index write is still under way (``store_begun``): the
+    # next batch's dedupe checks them beside its index search, which cannot find them yet
+    unindexed: dict[str, Unindexed] = field(default_factory=dict)
     telemetry: WorkerMetrics | None = None  # Prometheus histograms (consumers/metrics.py)
 
     @property

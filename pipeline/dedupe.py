@@ -122,9 +122,7 @@ def batch_neighbours(
     one reach fold into each other (``reach``)."""
     groups: dict[tuple[object, ...], list[int]] = {}
     for i in vectors:
-        c = batch[i]
-        group = (c.owner.tenant, c.owner.user, c.owner.agent, c.type, reach_of(c))
-        groups.setdefault(group, []).append(i)
+        groups.setdefault(group_of(batch[i]), []).append(i)
     out: dict[int, list[tuple[int, float]]] = {}
     for members in groups.values():
         if len(members) < 2:
@@ -139,4 +137,53 @@ def batch_neighbours(
             ]
             if close:
                 out[members[a]] = close
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class Unindexed:
+    """A memory stored by a batch whose index write is still under way: the next batch's
+    near-duplicate check finds it here until its point is in the index."""
+
+    memory_id: str
+    group: tuple[object, ...]  # ``group_of`` its candidate
+    vector: Sequence[float]
+    text: str
+
+
+def group_of(c: Candidate) -> tuple[object, ...]:
+    """Candidates that may fold into each other's memories: one owner, type and reach."""
+    return (c.owner.tenant, c.owner.user, c.owner.agent, c.type, reach_of(c))
+
+
+def unindexed_neighbours(
+    batch: Sequence[Candidate],
+    vectors: Mapping[int, Sequence[float]],
+    unindexed: Sequence[Unindexed],
+    min_similarity: float,
+) -> dict[int, list[tuple[str, float, str]]]:
+    """By position in ``batch`` (those with a vector): the ``unindexed`` memories of its group
+    at least ``min_similarity`` close (cosine), as ``neighbours`` gives the index's hits.
+    The index search cannot find them yet; once their points are written it can."""
+    if not unindexed:
+        return {}
+    by_group: dict[tuple[object, ...], list[Unindexed]] = {}
+    for u in unindexed:
+        by_group.setdefault(u.group, []).append(u)
+    out: dict[int, list[tuple[str, float, str]]] = {}
+    for i, vector in vectors.items():
+        mates = by_group.get(group_of(batch[i]))
+        if not mates:
+            continue
+        m = np.asarray([u.vector for u in mates], dtype=np.float32)
+        m /= np.maximum(np.linalg.norm(m, axis=1, keepdims=True), 1e-12)
+        v = np.asarray(vector, dtype=np.float32)
+        sims = m @ (v / max(float(np.linalg.norm(v)), 1e-12))
+        close = [
+            (u.memory_id, float(s), u.text)
+            for u, s in zip(mates, sims, strict=True)
+            if s >= min_similarity
+        ]
+        if close:
+            out[i] = sorted(close, key=lambda t: -t[1])
     return out

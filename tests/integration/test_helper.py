@@ -215,3 +215,41 @@ async def test_a_helper_killed_in_the_middle_of_its_answer_fails_that_batch_at_o
         assert done.candidates[0]
     finally:
         await helper.close()
+
+
+class _SlowUpserts:
+    """The worker's real index, each upsert held back ``delay_s`` first: a batch's index write
+    still under way while the next batch is deduplicated."""
+
+    def __init__(self, inner: Any, delay_s: float) -> None:
+        self.inner, self.delay_s = inner, delay_s
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    async def upsert(self, points: Any) -> None:
+        await asyncio.sleep(self.delay_s)
+        await self.inner.upsert(points)
+
+
+async def test_a_near_duplicate_of_a_memory_still_being_indexed_is_folded(running) -> None:
+    """A turn stored by one batch whose index write is still under way when the next batch,
+    holding its near duplicate, is deduplicated (the batches overlap): the near duplicate is
+    folded into it all the same (found among ``Deps.unindexed``, not by the index search),
+    and the one episode, holding both turns, ends up indexed."""
+    services = running.worker.services
+    services.vectors = _SlowUpserts(services.vectors, 2.0)
+    first = "remember that the harbor bridge opens at nine every morning"
+    async with running.client("acme", user="bo") as mem:
+        await mem.publish_turn([("user", first)], session="s1", event_id="n0")
+
+        async def written() -> bool:  # its row committed: the batch's head is done
+            return bool(await _episodes(running))
+
+        await running.wait_for(written, 30, "the first turn's row")
+        (row,) = await _episodes(running)
+        assert not row.indexed  # its index write is still under way
+        await mem.publish_turn([("user", first + "!")], session="s1", event_id="n1")
+        await running.wait_for(running.drained, 30, "ingestion")
+    (episode,) = await _episodes(running)
+    assert episode.source_event_ids == ["n0", "n1"] and episode.indexed

@@ -1,6 +1,8 @@
 """The pull loop's batch begun ahead (consumers/batching.py, ``PullLoops``): while the batch
 before it is held through an outage for longer than ``ack_wait``, its messages have their
-deadline renewed, so JetStream does not deliver them again behind it."""
+deadline renewed, so JetStream does not deliver them again behind it: both where it waits to
+begin (``_behind``) and where its index write and events wait for the batch before to finish
+(``Overlap.after_before``)."""
 
 from __future__ import annotations
 
@@ -11,19 +13,20 @@ import nats
 import pytest
 from nats.js.api import AckPolicy, ConsumerConfig
 
-from memstream.consumers.batching import Begun, One, PullLoops
+from memstream.consumers.batching import Begun, One, Overlap, PullLoops
 
 pytestmark = pytest.mark.integration
 
 ACK_WAIT_S = 1.0
 
 
+@pytest.mark.parametrize("where", ["to begin", "to announce"])
 async def test_a_batch_begun_ahead_is_not_redelivered_while_the_one_before_is_held(
-    nats_url: str,
+    nats_url: str, where: str
 ) -> None:
-    """Three turns fetched and begun while the batch before is held for 3.5 x ``ack_wait``:
-    none is delivered again meanwhile, and once acked none is pending. (With no renewal the
-    fetch below gets them back.)"""
+    """Three turns fetched and begun while the batch before is held for 3.5 x ``ack_wait``,
+    waiting to begin or, once begun, to announce: none is delivered again meanwhile, and once
+    acked none is pending. (With no renewal the fetch below gets them back.)"""
     nc = await nats.connect(nats_url)
     js = nc.jetstream()
     stream = f"AHEAD{uuid.uuid4().hex[:8].upper()}"
@@ -45,7 +48,10 @@ async def test_a_batch_begun_ahead_is_not_redelivered_while_the_one_before_is_he
         begun = Begun([One(m) for m in msgs], [], [], None)
         # the batch before, held for three and a half deadlines
         held = asyncio.create_task(asyncio.sleep(3.5 * ACK_WAIT_S))
-        await PullLoops._behind(held, begun, ACK_WAIT_S / 3)
+        if where == "to begin":
+            await PullLoops._behind(held, asyncio.Event(), begun, ACK_WAIT_S / 3)
+        else:
+            await Overlap(asyncio.Event(), held, begun.msgs, ACK_WAIT_S / 3).after_before()
         assert held.done()
         # nothing came back meanwhile: the consumer has nothing to deliver
         with pytest.raises(TimeoutError):

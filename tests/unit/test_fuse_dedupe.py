@@ -4,7 +4,13 @@ from datetime import UTC, datetime
 
 import pytest
 
-from memstream.pipeline.dedupe import batch_neighbours, key
+from memstream.pipeline.dedupe import (
+    Unindexed,
+    batch_neighbours,
+    group_of,
+    key,
+    unindexed_neighbours,
+)
 from memstream.schemas.ids import content_hash, memory_id
 from memstream.schemas.memory import Candidate, MemoryType, Owner, Scope
 
@@ -106,3 +112,28 @@ def test_batch_neighbours_are_earlier_same_owner_same_type_and_close() -> None:
     assert batch_neighbours(batch, vectors, 0.99) == {1: [(0, pytest.approx(0.995, abs=1e-3))]}
     assert batch_neighbours(batch, {1: near, 4: far}, 0.99) == {}
     assert batch_neighbours(batch, vectors, 0.999) == {}
+
+
+def test_unindexed_neighbours_are_same_group_and_close_best_first() -> None:
+    """A memory stored by the batch before, its point not yet written, is found for a close
+    candidate of its owner, type and reach, best first; never for another owner, another
+    reach or a distant vector, nor for a candidate without a vector."""
+    stored = cand("we ship on friday")
+    other_owner = cand("we ship on friday", user="v")
+    session_bound = stored.model_copy(update={"scope": Scope.SESSION})
+    waiting = [
+        Unindexed("m-far", group_of(stored), [0.0, 1.0], "far"),
+        Unindexed("m-close", group_of(stored), [1.0, 0.05], "close"),
+        Unindexed("m-closer", group_of(stored), [2.0, 0.0], "closer"),  # not unit length
+        Unindexed("m-other", group_of(other_owner), [1.0, 0.0], "other"),
+        Unindexed("m-session", group_of(session_bound), [1.0, 0.0], "session"),
+    ]
+    batch = [cand("we ship on friday!"), cand("we ship on friday?", user="w"), cand("x")]
+    found = unindexed_neighbours(batch, {0: [1.0, 0.0], 1: [1.0, 0.0]}, waiting, 0.9)
+    assert list(found) == [0]
+    assert [(mid, text) for mid, _, text in found[0]] == [
+        ("m-closer", "closer"),
+        ("m-close", "close"),
+    ]
+    assert found[0][0][1] == pytest.approx(1.0)
+    assert unindexed_neighbours(batch, {0: [1.0, 0.0]}, [], 0.9) == {}
