@@ -170,20 +170,22 @@ def unindexed_neighbours(
     by_group: dict[tuple[object, ...], list[Unindexed]] = {}
     for u in unindexed:
         by_group.setdefault(u.group, []).append(u)
+    matrices: dict[tuple[object, ...], np.ndarray] = {}  # each group's unit vectors, once
     out: dict[int, list[tuple[str, float, str]]] = {}
     for i, vector in vectors.items():
-        mates = by_group.get(group_of(batch[i]))
+        group = group_of(batch[i])
+        mates = by_group.get(group)
         if not mates:
             continue
-        m = np.asarray([u.vector for u in mates], dtype=np.float32)
-        m /= np.maximum(np.linalg.norm(m, axis=1, keepdims=True), 1e-12)
+        m = matrices.get(group)
+        if m is None:
+            m = np.asarray([u.vector for u in mates], dtype=np.float32)
+            m /= np.maximum(np.linalg.norm(m, axis=1, keepdims=True), 1e-12)
+            matrices[group] = m
         v = np.asarray(vector, dtype=np.float32)
         sims = m @ (v / max(float(np.linalg.norm(v)), 1e-12))
-        close = [
-            (u.memory_id, float(s), u.text)
-            for u, s in zip(mates, sims, strict=True)
-            if s >= min_similarity
-        ]
-        if close:
+        near = np.flatnonzero(sims >= min_similarity)
+        if near.size:
+            close = [(mates[j].memory_id, float(sims[j]), mates[j].text) for j in near]
             out[i] = sorted(close, key=lambda t: -t[1])
     return out
