@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
 import itertools
 import multiprocessing
 import os
@@ -62,6 +63,17 @@ RESPAWN_PAUSE_S = 2.0  # after a failed start, calls fail at once for this long
 
 class IndexProcessGone(StorageUnavailable):
     """The index process exited (killed, out of memory) before it answered."""
+
+
+NAME = b"memstream-index"  # the process's name, 15 bytes at most
+PR_SET_PDEATHSIG, PR_SET_NAME = 1, 15
+
+
+def _linux_prctl(option: int, value: int | bytes) -> None:
+    """``prctl(2)`` where there is one (Linux); nothing elsewhere."""
+    with contextlib.suppress(OSError, AttributeError):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(option, value, 0, 0, 0)
 
 
 def wanted(settings: Settings) -> bool:
@@ -106,7 +118,11 @@ def _child(
 ) -> None:
     # Ctrl-C reaches the whole process group: the worker stops the child, not the signal
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    # a worker killed outright cannot stop its child: the child leaves on its own
+    # A worker killed outright cannot stop its child, and the child holds the shard's lock,
+    # which the worker started again in its place needs: the kernel kills the child with its
+    # worker (Linux), else the child leaves on its own within PARENT_CHECK_S.
+    _linux_prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    _linux_prctl(PR_SET_NAME, NAME)  # /proc/<pid>/comm: tells it from the helper process
     threading.Thread(target=_exit_with, args=(os.getppid(),), daemon=True).start()
     asyncio.run(_child_main(sock, settings, nats_url, dsn, key, schema))
 
@@ -151,7 +167,9 @@ async def _child_main(
                 break  # the worker closed its end, or is gone
             method, args, kwargs = pickle.loads(data)
             answer: tuple[str, Any]
-            if method not in _METHODS:
+            if method == "metrics":  # this process's series, for the worker's /metrics
+                answer = ("ok", worker.telemetry.render())
+            elif method not in _METHODS:
                 answer = ("error", StorageUnavailable(f"index process: no method {method!r}"))
             else:
                 try:
@@ -221,6 +239,10 @@ class RemoteIndex:
             kind, value = pickle.loads(data)
         except (TimeoutError, asyncio.IncompleteReadError, ConnectionError):
             kind, value = "error", IndexProcessGone("the index process did not start")
+        except BaseException:  # cancelled: no child left behind holding the shard
+            writer.close()
+            await asyncio.shield(asyncio.to_thread(_stop, proc, 0))
+            raise
         if kind != "ready":
             writer.close()
             await asyncio.to_thread(_stop, proc, 5)
@@ -328,6 +350,13 @@ class RemoteIndex:
     async def optimize(self) -> bool:
         changed: bool = await self._call("optimize")
         return changed
+
+    async def metrics(self) -> bytes:
+        """The index process's Prometheus exposition (its recall responder's series)."""
+        if self._writer is None:  # a scrape does not start a new process
+            raise IndexProcessGone("the index process is not running")
+        text: bytes = await self._call("metrics")
+        return text
 
     async def close(self) -> None:
         """Stop the index process: it stops answering recall, closes the shard and exits."""

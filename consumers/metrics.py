@@ -35,6 +35,8 @@ from prometheus_client import (
     generate_latest,
 )
 from prometheus_client.core import CounterMetricFamily
+from prometheus_client.metrics_core import Metric
+from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import Collector
 
 from memstream.consumers.logs import log
@@ -147,6 +149,7 @@ class WorkerMetrics:
     responder observe, and the JetStream gauges."""
 
     def __init__(self, worker: Any) -> None:
+        self._worker = worker
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
         ProcessCollector(registry=r)
@@ -298,3 +301,48 @@ class WorkerMetrics:
     def render(self) -> bytes:
         """The Prometheus text exposition of every series."""
         return generate_latest(self.registry)
+
+    async def render_all(self) -> bytes:
+        """``render``, with the series of this worker's index process (consumers/indexproc.py),
+        if it has one, labelled ``process="index"``: it answers recall, so recall's series
+        are its. Without an answer within ``CHILD_METRICS_S``, this worker's alone."""
+        own = self.render()
+        child = getattr(self._worker.vectors, "metrics", None)
+        if child is None:
+            return own
+        try:
+            async with asyncio.timeout(CHILD_METRICS_S):
+                theirs: bytes = await child()
+        except Exception:  # noqa: BLE001 - the index process away: this worker's series still
+            return own
+        return merged_exposition(own, theirs, ("process", "index"))
+
+
+CHILD_METRICS_S = 2.0
+
+
+def merged_exposition(own: bytes, other: bytes, label: tuple[str, str]) -> bytes:
+    """The series of two expositions in one: ``other``'s carry ``label`` as well, beside
+    ``own``'s of the same family (a family may appear once in an exposition)."""
+    families = {f.name: f for f in text_string_to_metric_families(own.decode())}
+    for family in text_string_to_metric_families(other.decode()):
+        samples = [s._replace(labels={**s.labels, label[0]: label[1]}) for s in family.samples]
+        mine = families.get(family.name)
+        if mine is not None and mine.type == family.type:
+            mine.samples.extend(samples)
+        elif mine is None:
+            family.samples = samples
+            families[family.name] = family
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(_Families(list(families.values())))
+    return generate_latest(registry)
+
+
+class _Families:
+    """A collector of already-made families."""
+
+    def __init__(self, families: list[Metric]) -> None:
+        self.families = families
+
+    def collect(self) -> Iterator[Metric]:
+        yield from self.families

@@ -76,7 +76,7 @@ async def serve_http(worker: Any, host: str, port: int) -> OpsServer:
             path = request[1].split("?", 1)[0] if len(request) > 1 else "/"
             content_type = "text/plain; charset=utf-8"
             if path == "/metrics":
-                data = worker.telemetry.render()
+                data = await worker.telemetry.render_all()
                 content_type = CONTENT_TYPE_LATEST
                 status = "200 OK"
             elif path == "/healthz":

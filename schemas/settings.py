@@ -36,10 +36,10 @@ class StageSettings(BaseModel):
     # more CPUs.
     helper: bool = True
     # The worker that owns a Qdrant Edge shard opens it in a child process, which also answers
-    # recall and the commands; the worker's stages call the index there (consumers/indexproc.py).
-    # Recall then no longer waits behind the stages' Python. `memstream worker` and
-    # `memstream dev`, two or more CPUs.
-    index_process: bool = False
+    # recall and the commands; the worker's stages call the index there (consumers/indexproc.py;
+    # docs/ingest.md). Recall then no longer waits behind the stages' Python, and the engine's
+    # work runs beside them. `memstream worker` and `memstream dev`, two or more CPUs.
+    index_process: bool = True
     # ~13 minutes of an outage ride through retries before a message is dead-lettered
     retry_delays_s: list[float] = Field(default_factory=lambda: [1.0, 5.0, 30.0, 120.0, 300.0])
     # An outage (a server away, consumers/outage.py) holds the message and retries it every

@@ -10,7 +10,8 @@ offline switch, ``fault_vector_offline_file``) and brought back, the worker SIGK
 With ``--extra-workers N``, N ``memstream worker --stages extract,redact`` processes share
 those stages with the worker (which owns the Qdrant Edge shard), and ``extra_kill`` SIGKILLs
 the first of them and starts it again. ``helper_kill`` SIGKILLs the worker's helper process
-(consumers/helper.py), which the worker replaces by itself.
+(consumers/helper.py), which the worker replaces by itself; ``index_kill`` its index process
+(consumers/indexproc.py), which the worker replaces at its next index call.
 
 The publisher keeps at most ``--ahead`` turns beyond what is stored, so publishing lasts the
 whole ingest and meets the NATS outage too; a publish that fails is retried with the same
@@ -71,6 +72,7 @@ KINDS = (
     "index_offline",
     "extra_kill",
     "helper_kill",
+    "index_kill",
 )
 DRAIN_TARGET_S = 60.0
 

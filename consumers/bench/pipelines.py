@@ -125,6 +125,7 @@ def _roles(workers: list[WorkerProcess], bus: EmbeddedNats, db: EmbeddedPostgres
     cpu = Roles()
     cpu.add_pids("worker (owns the index)", lambda: owner.live_pids()[:1])
     cpu.add_pids("its helper process", owner.helper_pids)
+    cpu.add_pids("its index process", owner.index_pids)
     if extras:
         cpu.add_pids("extract/redact processes", lambda: [p for w in extras for p in w.live_pids()])
     cpu.add("postgres", lambda: tree_seconds(postmaster))

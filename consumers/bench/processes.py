@@ -87,14 +87,23 @@ class WorkerProcess:
             self.proc.wait()
 
     def live_pids(self) -> list[int]:
-        """The worker process, then its helper processes (none once it has exited)."""
+        """The worker process, then its helper and index processes (none once it has
+        exited)."""
         if self.proc is None or self.proc.poll() is not None:
             return []
-        return [self.proc.pid, *self.helper_pids()]
+        return [self.proc.pid, *self.helper_pids(), *self.index_pids()]
 
     def helper_pids(self) -> list[int]:
-        """The worker's helper processes (consumers/helper.py): its children started by
-        multiprocessing's spawn."""
+        """The worker's helper processes (consumers/helper.py)."""
+        return self._spawned(index=False)
+
+    def index_pids(self) -> list[int]:
+        """The worker's index process (consumers/indexproc.py), if it has one."""
+        return self._spawned(index=True)
+
+    def _spawned(self, index: bool) -> list[int]:
+        """The worker's children started by multiprocessing's spawn: the index process
+        (named ``memstream-index``) or the others."""
         if self.proc is None or self.proc.poll() is not None:
             return []
         found = []
@@ -102,7 +111,8 @@ class WorkerProcess:
             with contextlib.suppress(OSError):
                 for pid in (task / "children").read_text().split():
                     cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
-                    if b"multiprocessing.spawn" in cmdline:
+                    named = Path(f"/proc/{pid}/comm").read_text().strip() == "memstream-index"
+                    if b"multiprocessing.spawn" in cmdline and named == index:
                         found.append(int(pid))
         return found
 
@@ -113,6 +123,18 @@ class WorkerProcess:
             raise ConfigurationError(
                 "the worker has no helper process to kill (MEMSTREAM_STAGE__HELPER is off, or "
                 "the machine has one CPU)"
+            )
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+
+    def kill_index(self) -> None:
+        """SIGKILL the worker's index process; the worker goes on and starts another."""
+        pids = self.index_pids()
+        if not pids:
+            raise ConfigurationError(
+                "the worker has no index process to kill (MEMSTREAM_STAGE__INDEX_PROCESS is "
+                "off, a Qdrant server is configured, or the machine has one CPU)"
             )
         for pid in pids:
             with contextlib.suppress(ProcessLookupError):
@@ -156,6 +178,8 @@ class Services:
             await asyncio.to_thread(self.extras[0].start)
         elif fault == "helper_kill":  # the worker's helper process only
             await asyncio.to_thread(self.worker.kill_helper)
+        elif fault == "index_kill":  # the worker's index process only
+            await asyncio.to_thread(self.worker.kill_index)
         elif fault == "nats_kill":
             await asyncio.to_thread(self.nats.halt)
             await asyncio.sleep(self.outage_s)

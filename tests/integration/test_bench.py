@@ -156,13 +156,15 @@ def test_ingest_bench_reports_throughput_latency_and_loses_nothing(
     assert 0 < lat["p50"] <= lat["p95"] <= lat["p99"]
     assert r["paced"]["stages"]["extract"]["messages"] == 120  # the paced run's turns, once
     # the cores each process used, per run: the benchmark's own clients always; as deployed,
-    # the owner, its helper (on two CPUs or more), PostgreSQL and nats-server, all at work
+    # the owner, its helper and index processes (on two CPUs or more), PostgreSQL and
+    # nats-server, all at work
     for run in (t, r["paced"]):
         cores = run["cores"]
         assert all(0 <= c <= os.cpu_count() for c in cores.values())
         if processes:
             roles = {"worker (owns the index)", "postgres", "nats-server", "benchmark (clients)"}
-            assert roles | {"its helper process", "extract/redact processes"} >= set(cores) >= roles
+            others = {"its helper process", "its index process", "extract/redact processes"}
+            assert roles | others >= set(cores) >= roles
             assert cores["worker (owns the index)"] > 0
             assert cores["postgres"] > 0 or run is r["paced"]  # the backends, read under it
         else:

@@ -1,8 +1,8 @@
 """The index process (consumers/indexproc.py) on a real worker, NATS, Postgres and Qdrant Edge
 shard: the worker's stages write the shard through it, recall is answered there (the worker
-itself no longer subscribes), and an index process killed in the middle of ingest costs no turn:
-the stages keep the memories unindexed, a new process takes over, and the maintenance loop
-indexes what waited."""
+itself no longer subscribes; its /metrics carries the index process's series), and an index
+process killed in the middle of ingest costs no turn: the stages keep the memories unindexed,
+a new process takes over, and the maintenance loop indexes what waited."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 from conftest import Running, _delete_streams
+from prometheus_client.parser import text_string_to_metric_families
 from test_batches import TOKENS, distinct_note
 
 from memstream.consumers.app import Worker
@@ -71,6 +72,12 @@ async def test_the_index_process_holds_the_shard_and_answers_recall(remote: Runn
     memories = await remote.pg.list_memories(OwnerFilter(tenant="acme"))
     assert sorted(await _sources(remote)) == sorted(f"t{i}" for i in range(12))
     assert await index.count("acme") == len(memories) > 0
+    # the worker's /metrics carries the index process's recall series, labelled
+    body = (await remote.worker.telemetry.render_all()).decode()
+    recall = {f.name: f for f in text_string_to_metric_families(body)}["memstream_recall"]
+    served = {tuple(sorted(s.labels.items())): s.value for s in recall.samples}
+    assert served[(("process", "index"), ("result", "ok"))] >= 1
+    assert served[(("result", "ok"),)] == 0  # the worker itself answered none
 
 
 async def test_an_index_process_killed_during_ingest_loses_no_turn(remote: Running) -> None:
