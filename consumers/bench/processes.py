@@ -118,27 +118,19 @@ class WorkerProcess:
 
     def kill_helper(self) -> None:
         """SIGKILL the worker's helper process; the worker goes on and starts another."""
-        pids = self.helper_pids()
-        if not pids:
-            raise ConfigurationError(
-                "the worker has no helper process to kill (MEMSTREAM_STAGE__HELPER is off, or "
-                "the machine has one CPU)"
-            )
-        for pid in pids:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
+        _kill_all(
+            self.helper_pids(),
+            "the worker has no helper process to kill (MEMSTREAM_STAGE__HELPER is off, or the "
+            "machine has one CPU)",
+        )
 
     def kill_index(self) -> None:
         """SIGKILL the worker's index process; the worker goes on and starts another."""
-        pids = self.index_pids()
-        if not pids:
-            raise ConfigurationError(
-                "the worker has no index process to kill (MEMSTREAM_STAGE__INDEX_PROCESS is "
-                "off, a Qdrant server is configured, or the machine has one CPU)"
-            )
-        for pid in pids:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
+        _kill_all(
+            self.index_pids(),
+            "the worker has no index process to kill (MEMSTREAM_STAGE__INDEX_PROCESS is off, a "
+            "Qdrant server is configured, or the machine has one CPU)",
+        )
 
     def stop(self, timeout_s: float = 60.0) -> int | None:
         """SIGTERM and wait (SIGKILL after ``timeout_s``); the exit code."""
@@ -195,3 +187,12 @@ class Services:
         else:
             raise ValueError(f"unknown fault {fault!r}")
         return time.monotonic() - started
+
+
+def _kill_all(pids: list[int], none: str) -> None:
+    """SIGKILL ``pids``; ``ConfigurationError(none)`` when there are none."""
+    if not pids:
+        raise ConfigurationError(none)
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
