@@ -13,9 +13,9 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-from conftest import Running, _delete_streams
 from prometheus_client.parser import text_string_to_metric_families
 from test_batches import TOKENS, distinct_note
+from workers import Running, _delete_streams
 
 from memstream.consumers.app import Worker
 from memstream.consumers.indexproc import RemoteIndex, without_recall

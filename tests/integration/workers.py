@@ -3,18 +3,27 @@ refuse one value as it refuses bad data (a SQLSTATE of class 22)."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
 from memstream.consumers.app import Worker
 from memstream.consumers.batching import PullLoops
 from memstream.consumers.dlq import dead_letters
+from memstream.consumers.embedded import free_port
 from memstream.consumers.run import make_vector_index
 from memstream.consumers.services import Services
+from memstream.consumers.topology import drained
 from memstream.pipeline.redact import Redactor
+from memstream.producers.client import MemoryClient
 from memstream.schemas.settings import Settings
 from memstream.schemas.subjects import DLQ_REASON_HEADER
 from memstream.storage.ports import Embedder
 from memstream.storage.postgres import OwnerFilter, PgStore
+from memstream.storage.qdrant_server import ServerVectorIndex
 
 REFUSED = "quux-refuse"  # a memory whose content holds this is refused by ``refuse_inserts``
 
@@ -79,3 +88,64 @@ async def one_refused_memory_dead_lettered(running: Any) -> set[str]:
     assert len(dead) == 1 and "SQLSTATE 22023" in dead[0].headers[DLQ_REASON_HEADER]
     flt = OwnerFilter(tenant="acme", user="bo")
     return {e for m in await running.pg.list_memories(flt) for e in m.source_event_ids}
+
+
+@dataclass
+class Running:
+    settings: Settings
+    worker: Worker
+    pg: PgStore
+    nats_url: str
+
+    def client(self, tenant: str, **kw: Any) -> MemoryClient:
+        return MemoryClient(tenant, nats_url=self.nats_url, namespace=self.settings.namespace, **kw)
+
+    async def wait_for(
+        self,
+        predicate: Callable[[], Awaitable[bool]],
+        seconds: float = 30.0,
+        what: str = "condition",
+    ) -> None:
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            if await predicate():
+                return
+            await asyncio.sleep(0.05)
+        raise AssertionError(f"timed out after {seconds:.0f} s waiting for {what}")
+
+    async def drained(self) -> bool:
+        """True once every stage consumer has nothing pending or unacked."""
+        return await drained(self.worker.deps.js, self.settings)
+
+    @contextlib.asynccontextmanager
+    async def index_away(self) -> AsyncIterator[None]:
+        """Inside: the worker's vector index is a Qdrant server that is not there, so every
+        index call fails as in an outage."""
+        w = self.worker
+        live = w.services.vectors
+        down = ServerVectorIndex(
+            url=f"http://127.0.0.1:{free_port()}",
+            timeout=1,
+            check_compatibility=False,
+            dim=w.embedder.dim,
+        )
+        w.services.vectors = down  # Worker, Deps, recall and commands all read it
+        try:
+            yield
+        finally:
+            w.services.vectors = live
+            await down.close()
+
+
+async def _delete_streams(nats_url: str, settings: Settings) -> None:
+    """Leave a shared server as it was: drop this test's streams."""
+    import nats
+
+    from memstream.schemas.subjects import Subjects
+
+    nc = await nats.connect(nats_url)
+    js = nc.jetstream()
+    for kind in ("turns", "stages", "events", "dlq"):
+        with contextlib.suppress(Exception):  # already gone is fine
+            await js.delete_stream(Subjects(settings.namespace).stream(kind))
+    await nc.close()
