@@ -167,25 +167,27 @@ def unindexed_neighbours(
     The index search cannot find them yet; once their points are written it can."""
     if not unindexed:
         return {}
-    by_group: dict[tuple[object, ...], list[Unindexed]] = {}
+    mates_of: dict[tuple[object, ...], list[Unindexed]] = {}
     for u in unindexed:
-        by_group.setdefault(u.group, []).append(u)
-    matrices: dict[tuple[object, ...], np.ndarray] = {}  # each group's unit vectors, once
-    out: dict[int, list[tuple[str, float, str]]] = {}
-    for i, vector in vectors.items():
+        mates_of.setdefault(u.group, []).append(u)
+    asking: dict[tuple[object, ...], list[int]] = {}
+    for i in vectors:
         group = group_of(batch[i])
-        mates = by_group.get(group)
-        if not mates:
-            continue
-        m = matrices.get(group)
-        if m is None:
-            m = np.asarray([u.vector for u in mates], dtype=np.float32)
-            m /= np.maximum(np.linalg.norm(m, axis=1, keepdims=True), 1e-12)
-            matrices[group] = m
-        v = np.asarray(vector, dtype=np.float32)
-        sims = m @ (v / max(float(np.linalg.norm(v)), 1e-12))
-        near = np.flatnonzero(sims >= min_similarity)
-        if near.size:
-            close = [(mates[j].memory_id, float(sims[j]), mates[j].text) for j in near]
-            out[i] = sorted(close, key=lambda t: -t[1])
+        if group in mates_of:
+            asking.setdefault(group, []).append(i)
+    out: dict[int, list[tuple[str, float, str]]] = {}
+    for group, members in asking.items():  # one matrix product per owner group
+        mates = mates_of[group]
+        sims = _unit([vectors[i] for i in members]) @ _unit([u.vector for u in mates]).T
+        for row, i in enumerate(members):
+            near = np.flatnonzero(sims[row] >= min_similarity)
+            if near.size:
+                close = [(mates[j].memory_id, float(sims[row, j]), mates[j].text) for j in near]
+                out[i] = sorted(close, key=lambda t: -t[1])
     return out
+
+
+def _unit(rows: Sequence[Sequence[float]]) -> np.ndarray:
+    m = np.asarray(rows, dtype=np.float32)
+    m /= np.maximum(np.linalg.norm(m, axis=1, keepdims=True), 1e-12)
+    return m
