@@ -38,6 +38,7 @@ from typing import Any
 
 from memstream.consumers.helper import _exit_with, usable_cpus
 from memstream.consumers.logs import configure, log
+from memstream.consumers.outage import Backoff
 from memstream.schemas.errors import StorageUnavailable
 from memstream.schemas.settings import Settings
 from memstream.storage.ports import Record, RecordHit, VectorFilter, VectorPoint
@@ -58,7 +59,9 @@ _METHODS = frozenset(
     }
 )
 START_TIMEOUT_S = 120.0  # loading the model, connecting, opening the shard
-RESPAWN_PAUSE_S = 2.0  # after a failed start, calls fail at once for this long
+# after a failed start, calls fail at once for a pause that doubles from 2 s up to 60 s (each
+# start loads the model: a shard that never opens must not keep a core busy)
+RESPAWN_PAUSE_S = (2.0, 60.0)
 
 
 class IndexProcessGone(StorageUnavailable):
@@ -203,6 +206,8 @@ class RemoteIndex:
         self._ids = itertools.count(1)
         self._lock = asyncio.Lock()  # one start at a time
         self._failed_at = 0.0
+        self._pauses = Backoff(*RESPAWN_PAUSE_S)
+        self.pause_s = 0.0  # calls fail at once for this long after ``_failed_at``
         self._closing = False
         self.restarts = 0
 
@@ -277,7 +282,7 @@ class RemoteIndex:
             if self._writer is None:
                 if self._closing:
                     raise IndexProcessGone("the index is closed")
-                if time.monotonic() - self._failed_at < RESPAWN_PAUSE_S:
+                if time.monotonic() - self._failed_at < self.pause_s:
                     raise IndexProcessGone("the index process is restarting")
                 if self._proc is not None:
                     await asyncio.to_thread(_stop, self._proc, 5)
@@ -285,10 +290,16 @@ class RemoteIndex:
                 try:
                     await self._spawn()
                 except Exception as exc:  # noqa: BLE001 - any start failure: the index is away
-                    self._failed_at = time.monotonic()
+                    self._failed_at, self.pause_s = time.monotonic(), self._pauses.next()
                     # the type only: a message could quote a connection string
-                    log.warning("index_process.start_failed", error=type(exc).__name__)
+                    log.warning(
+                        "index_process.start_failed",
+                        error=type(exc).__name__,
+                        retry_in_s=round(self.pause_s, 1),
+                    )
                     raise IndexProcessGone("the index process did not start") from None
+                self._pauses.reset()
+                self.pause_s = 0.0
                 self.restarts += 1
                 log.warning("index_process.restarted")
             assert self._writer is not None

@@ -9,7 +9,8 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-from collections.abc import AsyncIterator
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
 import pytest
@@ -18,7 +19,8 @@ from test_batches import TOKENS, distinct_note
 from workers import Running, _delete_streams
 
 from memstream.consumers.app import Worker
-from memstream.consumers.indexproc import RemoteIndex, without_recall
+from memstream.consumers.indexproc import IndexProcessGone, RemoteIndex, without_recall
+from memstream.consumers.run import make_vector_index
 from memstream.consumers.services import Services
 from memstream.pipeline.redact import Redactor
 from memstream.schemas.memory import MemoryType
@@ -113,3 +115,43 @@ def test_settings_without_recall_keep_the_other_roles() -> None:
     """The worker beside an index process keeps every role but recall."""
     settings = Settings()
     assert without_recall(settings).stages == ("extract", "redact", "dedupe", "store")
+
+
+async def test_an_index_process_that_cannot_start_is_tried_again_after_growing_pauses(
+    remote: Running,
+) -> None:
+    """The index process killed while another holder has taken its shard: the next call
+    fails as an index outage (the new process cannot open the shard), calls within the pause
+    fail at once without a new start, the pause grows with each failed start, and once the
+    shard is free the next start succeeds and the pause is gone."""
+    index = remote.worker.vectors
+    assert isinstance(index, RemoteIndex)
+    os.kill(index.pid or 0, signal.SIGKILL)
+    await remote.wait_for(_gone(index), 10, "the index process to be gone")
+    holder = make_vector_index(remote.settings)
+    await holder.ensure(remote.worker.embedder.dim)  # the shard's lock, in this process
+    try:
+        with pytest.raises(IndexProcessGone):
+            await index.count()
+        first = index.pause_s
+        assert 1.0 <= first <= 2.0 and index.restarts == 0
+        started = time.monotonic()
+        with pytest.raises(IndexProcessGone):  # within the pause: no new start
+            await index.count()
+        assert time.monotonic() - started < 0.5
+        index._failed_at -= first
+        with pytest.raises(IndexProcessGone):
+            await index.count()
+        assert index.pause_s > first  # drawn from the doubled step, 2-4 s
+    finally:
+        await holder.close()
+    index._failed_at = 0.0
+    assert await index.count() == 0
+    assert index.restarts == 1 and index.pause_s == 0.0
+
+
+def _gone(index: RemoteIndex) -> Callable[[], Awaitable[bool]]:
+    async def gone() -> bool:
+        return index._writer is None
+
+    return gone
