@@ -36,7 +36,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from memstream.consumers.helper import _exit_with, usable_cpus
+from memstream.consumers.helper import _exit_with, retrieved, usable_cpus
 from memstream.consumers.logs import configure, log
 from memstream.consumers.outage import Backoff
 from memstream.schemas.errors import StorageUnavailable
@@ -207,9 +207,11 @@ class RemoteIndex:
         self._lock = asyncio.Lock()  # one start at a time
         self._failed_at = 0.0
         self._pauses = Backoff(*RESPAWN_PAUSE_S)
+        self._restarting: asyncio.Future[None] | None = None
         self.pause_s = 0.0  # calls fail at once for this long after ``_failed_at``
         self._closing = False
         self.restarts = 0
+        self.spawned = 0  # processes started, the first included
 
     def __repr__(self) -> str:
         return f"RemoteIndex(running={self._writer is not None}, key=<hidden>)"
@@ -230,6 +232,7 @@ class RemoteIndex:
                 await self._spawn()
 
     async def _spawn(self) -> None:
+        self.spawned += 1
         ctx = multiprocessing.get_context("spawn")
         mine, theirs = socket.socketpair()
         proc = ctx.Process(
@@ -276,34 +279,45 @@ class RemoteIndex:
         self._pending.clear()
 
     async def _running(self) -> asyncio.StreamWriter:
+        """The running child's end of the socket, starting a new child if it is gone. The
+        start runs as a task of its own that callers wait for: a caller given up on (a
+        health check's deadline) does not stop a start that others need."""
         if self._writer is not None:
             return self._writer
+        if self._closing:
+            raise IndexProcessGone("the index is closed")
+        if self._restarting is None or self._restarting.done():
+            if time.monotonic() - self._failed_at < self.pause_s:
+                raise IndexProcessGone("the index process is restarting")
+            self._restarting = asyncio.ensure_future(self._restart())
+            self._restarting.add_done_callback(retrieved)
+        await asyncio.shield(self._restarting)
+        if self._writer is None:  # gone again at once
+            raise IndexProcessGone("the index process exited")
+        return self._writer
+
+    async def _restart(self) -> None:
         async with self._lock:
-            if self._writer is None:
-                if self._closing:
-                    raise IndexProcessGone("the index is closed")
-                if time.monotonic() - self._failed_at < self.pause_s:
-                    raise IndexProcessGone("the index process is restarting")
-                if self._proc is not None:
-                    await asyncio.to_thread(_stop, self._proc, 5)
-                    self._proc = None
-                try:
-                    await self._spawn()
-                except Exception as exc:  # noqa: BLE001 - any start failure: the index is away
-                    self._failed_at, self.pause_s = time.monotonic(), self._pauses.next()
-                    # the type only: a message could quote a connection string
-                    log.warning(
-                        "index_process.start_failed",
-                        error=type(exc).__name__,
-                        retry_in_s=round(self.pause_s, 1),
-                    )
-                    raise IndexProcessGone("the index process did not start") from None
-                self._pauses.reset()
-                self.pause_s = 0.0
-                self.restarts += 1
-                log.warning("index_process.restarted")
-            assert self._writer is not None
-            return self._writer
+            if self._writer is not None:
+                return
+            if self._proc is not None:
+                await asyncio.to_thread(_stop, self._proc, 5)
+                self._proc = None
+            try:
+                await self._spawn()
+            except Exception as exc:  # noqa: BLE001 - any start failure: the index is away
+                self._failed_at, self.pause_s = time.monotonic(), self._pauses.next()
+                # the type only: a message could quote a connection string
+                log.warning(
+                    "index_process.start_failed",
+                    error=type(exc).__name__,
+                    retry_in_s=round(self.pause_s, 1),
+                )
+                raise IndexProcessGone("the index process did not start") from None
+            self._pauses.reset()
+            self.pause_s = 0.0
+            self.restarts += 1
+            log.warning("index_process.restarted")
 
     async def _call(self, method: str, *args: Any, **kwargs: Any) -> Any:
         writer = await self._running()
@@ -372,6 +386,10 @@ class RemoteIndex:
     async def close(self) -> None:
         """Stop the index process: it stops answering recall, closes the shard and exits."""
         self._closing = True
+        if self._restarting is not None and not self._restarting.done():
+            self._restarting.cancel()  # the child being started is stopped (``_spawn``)
+            with contextlib.suppress(BaseException):
+                await self._restarting
         writer, self._writer = self._writer, None
         if writer is not None:
             writer.close()

@@ -155,3 +155,21 @@ def _gone(index: RemoteIndex) -> Callable[[], Awaitable[bool]]:
         return index._writer is None
 
     return gone
+
+
+async def test_a_caller_given_up_on_does_not_stop_the_start_of_a_new_index_process(
+    remote: Running,
+) -> None:
+    """The index process killed, then a call given up on after 0.2 s (a health check's
+    deadline) while the new process starts: the start goes on, and the next call is answered
+    by that same new process (one start, not two)."""
+    index = remote.worker.vectors
+    assert isinstance(index, RemoteIndex)
+    os.kill(index.pid or 0, signal.SIGKILL)
+    await remote.wait_for(_gone(index), 10, "the index process to be gone")
+    before = index.spawned
+    with pytest.raises(TimeoutError):
+        async with asyncio.timeout(0.2):
+            await index.count()
+    assert await index.count() == 0
+    assert index.spawned == before + 1 and index.restarts == 1
