@@ -168,15 +168,16 @@ async def deduped(
             log.warning("dedupe.near_check_skipped", reason=type(exc).__name__)
             neighbours = {}
     similarity = deps.settings.near_duplicate_similarity
+    vector_of = dict(zip(fresh, vectors, strict=True))  # by position in the batch
     if neighbours and deps.unindexed:
         # memories of earlier batches whose points are still being written: found here
         close = dedupe.unindexed_neighbours(
-            cands, dict(zip(fresh, vectors, strict=True)), list(deps.unindexed.values()), similarity
+            cands, vector_of, list(deps.unindexed.values()), similarity
         )
         for i, more in close.items():
             neighbours[i] = sorted([*neighbours[i], *more], key=lambda n: -n[1])
     batch_near = (
-        dedupe.batch_neighbours(cands, dict(zip(fresh, vectors, strict=True)), similarity)
+        dedupe.batch_neighbours(cands, vector_of, similarity)
         if mates and neighbours  # the index answered: the batch is checked as the index is
         else {}
     )
@@ -202,7 +203,6 @@ async def deduped(
     refolded = [d for d in decisions if d.action is Action.REFOLD]
     merged = exact + [d for d, ok in zip(near, near_ok, strict=True) if ok] + refolded
     forward: list[Candidate] = []
-    vector_of = dict(zip(fresh, vectors, strict=True))
     for i, d in enumerate(decisions):
         if d.action is Action.INSERT or id(d) in gone:
             c = d.keyed.candidate

@@ -168,8 +168,11 @@ async def _child_main(
                 rid, data = await _read(reader)
             except (asyncio.IncompleteReadError, ConnectionError):
                 break  # the worker closed its end, or is gone
-            method, args, kwargs = pickle.loads(data)
             answer: tuple[str, Any]
+            try:
+                method, args, kwargs = pickle.loads(data)
+            except Exception as exc:  # noqa: BLE001 - that call fails, the others go on
+                method, args, kwargs = f"<unreadable: {type(exc).__name__}>", (), {}
             if method == "metrics":  # this process's series, for the worker's /metrics
                 answer = ("ok", worker.telemetry.render())
             elif method not in _METHODS:
@@ -264,7 +267,7 @@ class RemoteIndex:
                 rid, data = await _read(reader)
                 fut = self._pending.pop(rid, None)
                 if fut is not None and not fut.done():
-                    fut.set_result(pickle.loads(data))
+                    fut.set_result(_answer_of(data))
         except (asyncio.IncompleteReadError, ConnectionError, OSError):
             pass
         if self._writer is writer:
@@ -399,6 +402,18 @@ class RemoteIndex:
         if self._proc is not None:
             await asyncio.to_thread(_stop, self._proc, 30)
             self._proc = None
+
+
+def _answer_of(data: bytes) -> tuple[str, Any]:
+    """An answer of the index process, or the error that fails its call if it cannot be
+    read (an exception that does not unpickle): that call fails, never waits for ever."""
+    try:
+        answer: tuple[str, Any] = pickle.loads(data)
+    except Exception as exc:  # noqa: BLE001 - any unreadable answer
+        return "error", StorageUnavailable(
+            f"index process: unreadable answer ({type(exc).__name__})"
+        )
+    return answer
 
 
 def _stop(proc: Any, wait_s: float) -> None:
