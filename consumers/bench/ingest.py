@@ -11,9 +11,9 @@ In one run, on one server:
 3. latency: turns paced at a fixed rate, publish-to-``stored`` per turn, while one client
    sends recall requests back to back (a mixed workload), or at most ``--recall-rate`` a
    second. Back to back, the recall load grows as recall gets faster and takes CPU from the
-   workers' ingest; a fixed rate keeps the two figures apart. The recall client has a
-   thread, a loop and connections of its own, as an agent's client would; each reply's
-   own ``timings_ms.total`` (the worker's search) is reported beside the client's time.
+   workers' ingest; a fixed rate keeps the two figures apart. The recall client is a process
+   of its own, as an agent's client is (consumers/bench/recaller.py); each reply's own
+   ``timings_ms.total`` (the index's search) is reported beside the client's time.
 Per-stage busy time and batch sizes come from the workers' stage metrics. ``--processes``
 picks where the workers run (consumers/bench/pipelines.py): in worker processes beside the
 benchmark, as deployed (the default: one that owns the index, the rest extract/redact
@@ -26,8 +26,6 @@ import argparse
 import asyncio
 import contextlib
 import json
-import random
-import threading
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -35,21 +33,14 @@ from typing import Any
 
 import nats
 
-from memstream.consumers.bench.conversations import DAYS, THINGS, long_text, sessions, turns
+from memstream.consumers.bench.conversations import long_text, sessions, turns
+from memstream.consumers.bench.cpu import process_seconds
 from memstream.consumers.bench.harness import cpu_gauge, percentile, progress
 from memstream.consumers.bench.pipelines import Counts, in_process, in_processes
+from memstream.consumers.bench.recaller import RecallClient, RecallLoad
 from memstream.consumers.natsconn import nats_options
 from memstream.producers.client import MemoryClient
 from memstream.schemas.subjects import STAGES, Subjects
-
-QUERIES = [
-    "what did we decide about {thing}?",
-    "what does the user prefer in the morning?",
-    "where does the user live?",
-    "what was the fix for {thing}?",
-    "what do I need to review before {day}?",
-    "contact details for the invoice",
-]
 
 
 @dataclass
@@ -201,48 +192,11 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 args.paced_turns, pool, args.seed + 2, text=long_text, replies=1.0, first=args.turns
             )
             latencies: list[float] = []
-            recall_ms: list[float] = []
-            recall_server_ms: list[float] = []  # the worker's own time, from its reply
-            recall_errors = 0
-            stop = threading.Event()
-
-            async def recall_loop() -> None:
-                # an agent's recall comes from its own client, not from the process that
-                # publishes the turns and follows every event: this loop runs on a thread of
-                # its own with its own connections, so the publisher's loop does not delay
-                # reading a reply
-                nonlocal recall_errors
-                own = {
-                    tenant: await MemoryClient(
-                        tenant, nats_url=pipe.nats_url, namespace=namespace
-                    ).connect()
-                    for tenant in clients
-                }
-                qrng = random.Random(args.seed + 1)
-                gap = 1.0 / args.recall_rate if args.recall_rate > 0 else 0.0
-                due = time.perf_counter()
-                try:
-                    while not stop.is_set():
-                        if gap:  # one request per slot; a late one starts at once
-                            due += gap
-                            if (wait := due - time.perf_counter()) > 0:
-                                await asyncio.sleep(wait)
-                        sess = qrng.choice(pool)
-                        query = qrng.choice(QUERIES).format(
-                            thing=qrng.choice(THINGS), day=qrng.choice(DAYS)
-                        )
-                        t0 = time.perf_counter()
-                        try:
-                            reply = await own[sess.tenant].recall(query, user=sess.user, top_k=10)
-                        except Exception:  # noqa: BLE001 - counted and reported: the bench goes on
-                            recall_errors += 1
-                            continue
-                        recall_ms.append((time.perf_counter() - t0) * 1000)
-                        if "total" in reply.timings_ms:  # a cached reply carries none
-                            recall_server_ms.append(reply.timings_ms["total"])
-                finally:
-                    for c in own.values():
-                        await c.close()
+            recaller = RecallClient(
+                RecallLoad(pipe.nats_url, namespace, pool, args.seed + 1, args.recall_rate)
+            )
+            await recaller.start()
+            pipe.cpu.add("recall client", lambda: process_seconds(recaller.pid or 0))
 
             async def one(i: int) -> None:
                 t = paced[i]
@@ -261,7 +215,6 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
 
             paced_before = await pipe.counts()
             paced_cpu = pipe.cpu.read()
-            recaller = asyncio.create_task(asyncio.to_thread(asyncio.run, recall_loop()))
             paced_started = time.perf_counter()
             tasks = []
             for i in range(args.paced_turns):
@@ -273,8 +226,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             await asyncio.gather(*tasks)
             paced_s = time.perf_counter() - paced_started
             paced_cores = pipe.cpu.cores(paced_cpu, pipe.cpu.read(), paced_s)
-            stop.set()
-            await recaller
+            recalled = await recaller.finish()
             paced_stages = stage_report(paced_before, await pipe.counts(), paced_s)
             paced_missing = args.paced_turns - len(latencies)
         finally:
@@ -313,10 +265,10 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         },
         "recall_during_ingest": {
             "rate": args.recall_rate or None,  # None: back to back
-            "requests": len(recall_ms),
-            "errors": recall_errors,
-            "latency_ms": pcts(recall_ms, (50, 95, 99)),
-            "server_ms": pcts(recall_server_ms, (50, 95, 99)),
+            "requests": len(recalled.latency_ms),
+            "errors": recalled.errors,
+            "latency_ms": pcts(recalled.latency_ms, (50, 95, 99)),
+            "server_ms": pcts(recalled.server_ms, (50, 95, 99)),
         },
         "lost": missing + paced_missing,
         "duplicate_events": watch.duplicates,
@@ -406,8 +358,9 @@ def main(args: argparse.Namespace) -> int:
             )
     # busy is wall time with a batch in hand: the cores show what of it was work
     print(f"\n{'cores used':<28} {'throughput':>10} {'paced':>8}")
-    for role, cores in t["cores"].items():
-        print(f"{role:<28} {cores:>10.2f} {paced['cores'].get(role, 0.0):>8.2f}")
+    for role in {**t["cores"], **paced["cores"]}:  # the recall client runs in the paced run only
+        during = (t["cores"].get(role, 0.0), paced["cores"].get(role, 0.0))
+        print(f"{role:<28} {during[0]:>10.2f} {during[1]:>8.2f}")
     print(f"{'all':<28} {sum(t['cores'].values()):>10.2f} {sum(paced['cores'].values()):>8.2f}")
     if args.json:
         print(json.dumps(r))

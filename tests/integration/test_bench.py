@@ -127,7 +127,7 @@ def test_ingest_bench_reports_throughput_latency_and_loses_nothing(
     and an extract/redact process: every turn becomes recallable exactly once, and the
     report's hop, throughput, stage (summed over processes), latency and recall figures are
     consistent; in process, recall is paced at 20 requests a second, out of process back to
-    back."""
+    back; either way from a recall client in a process of its own."""
     recall_rate = 20 if processes == 0 else 0
     r = bench(
         "ingest --turns 240 --paced-turns 120 --rate 100 --tenants 2 --users 2 --sessions 2 "
@@ -157,9 +157,10 @@ def test_ingest_bench_reports_throughput_latency_and_loses_nothing(
     assert r["paced"]["stages"]["extract"]["messages"] == 120  # the paced run's turns, once
     # the cores each process used, per run: the benchmark's own clients always; as deployed,
     # the owner, its helper and index processes (on two CPUs or more), PostgreSQL and
-    # nats-server, all at work
+    # nats-server, all at work; the recall client, a process of its own, in the paced run
+    assert "recall client" not in t["cores"] and r["paced"]["cores"]["recall client"] > 0
     for run in (t, r["paced"]):
-        cores = run["cores"]
+        cores = {k: v for k, v in run["cores"].items() if k != "recall client"}
         assert all(0 <= c <= os.cpu_count() for c in cores.values())
         if processes:
             roles = {"worker (owns the index)", "postgres", "nats-server", "benchmark (clients)"}
