@@ -67,3 +67,71 @@ def test_sentences_never_split_inside_a_token() -> None:
         ("fact", "My email is alice@example.com and my site is www.alice.dev."),
         ("preference", "I prefer v2.5 builds."),
     ]
+
+
+# Sentences where RE2 and Python's re read a character differently: Turkish capitals that
+# re.I folds to "i", the Kelvin sign and the long s, non-ASCII word characters and spaces, a
+# leading space before an anchored cue
+_AWKWARD = [
+    "\u0130 prefer tea.",
+    "\u0131 need to call the bank.",
+    "My café is on Rua Augusta.",
+    "my naïve plan is ready",
+    "My favourite\u00a0tea is sencha, says Zoë.",
+    "Rem\u0131nd me to water the plants.",
+    "The \u017folution was to restart it.",
+    "We decided to use the \u212aelvin scale.",
+    "   always reply in English.",
+    "I'm an ingénieur at Airbus.",
+    "First, preheat the oven; then bake for 20 minutes.",
+    "Tip: keep the receipts.",
+    "I learned that the hard way.",
+]
+
+
+def _corpus() -> list[TurnEvent]:
+    from memstream.consumers.bench.conversations import long_text, sessions, turns
+
+    events = [
+        TurnEvent(tenant="t", user="u", messages=[Message(role=role, content=text)])
+        for text in _AWKWARD
+        for role in (Role.USER, Role.ASSISTANT)
+    ]
+    for t in turns(600, sessions(2, 2, 2), 11, text=long_text, replies=1.0):
+        messages = [Message(role=Role(role), content=content) for role, content in t.messages]
+        events.append(TurnEvent(tenant=t.tenant, user=t.user, messages=messages))
+    return events
+
+
+def test_the_screen_never_drops_what_the_rules_take() -> None:
+    """The RE2 screen only skips work: over the benchmark's generated turns and sentences
+    where RE2 and re disagree (Turkish i, Kelvin sign, Unicode words and spaces), screened
+    extraction gives exactly what every rule's regex on every sentence gives, and the
+    sentences the screen passes on include every one a rule matches."""
+    from memstream.pipeline.rules import _SCREEN, _SENTENCE, RULES
+
+    screened, reference = RuleExtractor(), RuleExtractor(screened=False)
+    typed_total = 0
+    for ev in _corpus():
+        got = reference.candidates(ev)
+        assert screened.candidates(ev) == got
+        typed_total += len(got)
+        for m in ev.messages:
+            for sm in _SENTENCE.finditer(m.content):
+                sentence = sm.group(0).strip()
+                matching = [i for i, r in enumerate(RULES) if r.pattern.search(sentence)]
+                assert set(matching) <= set(_SCREEN.rules(sentence)), sentence
+    assert typed_total > 300  # the corpus does exercise the rules
+    for text in _AWKWARD:  # each awkward sentence is typed, screened or not
+        assert typed(text), text
+
+
+def test_a_cue_the_screen_cannot_loosen_is_refused() -> None:
+    """A cue with syntax the screen has no RE2 form for (a digit class, an end anchor) is
+    refused when the rules load, instead of being screened wrongly."""
+    from memstream.pipeline.rules import _loosened
+
+    assert _loosened(r"\bmy (\w+ )?is\b") == r"(?i)my ([^\s]+ )?is"
+    for cue in (r"\bstep \d\b", r"\bdone$"):
+        with pytest.raises(ValueError, match="no RE2 screen"):
+            _loosened(cue)
