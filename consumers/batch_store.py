@@ -27,6 +27,10 @@ from memstream.schemas.errors import TransientError
 from memstream.schemas.memory import SHARED_SCOPES, Candidate, MemoryEvent, MemoryRecord
 from memstream.schemas.subjects import msg_id
 
+# below the near-duplicate threshold by this much, the engine still returns a hit: its cosine
+# (float32, perhaps quantized and rescored) may round a score at the threshold either way
+_SCORE_MARGIN = 1e-3
+
 
 async def publish_to_stage(deps: Deps, stage: str, cands: Sequence[Candidate]) -> None:
     """Publish candidates to the next stage, pipelined (in order); returns once every PubAck
@@ -150,6 +154,7 @@ async def deduped(
     ]
     neighbours: dict[int, list[tuple[str, float, str]]] = {}
     vectors: list[list[float]] = []
+    similarity = deps.settings.near_duplicate_similarity
     if fresh:
         brought = {i: v for i in fresh if (v := carried(deps, cands[i])) is not None}
         need = [i for i in fresh if i not in brought]
@@ -161,13 +166,14 @@ async def deduped(
             (vector, near_filter(cands[i], now)) for i, vector in zip(fresh, vectors, strict=True)
         ]
         try:
-            found = await deps.vectors.search_many(queries, 3)
+            # hits below the near-duplicate threshold never fold (``dedupe.near_duplicate``):
+            # the engine drops them (the margin keeps a score the engine rounds in)
+            found = await deps.vectors.search_many(queries, 3, similarity - _SCORE_MARGIN)
             for i, hits in zip(fresh, found, strict=True):
                 neighbours[i] = dedupe.neighbours(cands[i], hits)
         except TransientError as exc:  # index down: exact dedupe only; store keeps it unindexed
             log.warning("dedupe.near_check_skipped", reason=type(exc).__name__)
             neighbours = {}
-    similarity = deps.settings.near_duplicate_similarity
     vector_of = dict(zip(fresh, vectors, strict=True))  # by position in the batch
     if neighbours and deps.unindexed:
         # memories of earlier batches whose points are still being written: found here

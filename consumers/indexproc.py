@@ -347,9 +347,14 @@ class RemoteIndex:
         return await self._call("search", vector, flt, limit, with_records=with_records)
 
     async def search_many(
-        self, queries: Sequence[tuple[Sequence[float], VectorFilter]], limit: int
+        self,
+        queries: Sequence[tuple[Sequence[float], VectorFilter]],
+        limit: int,
+        min_score: float | None = None,
     ) -> list[list[RecordHit]]:
-        found: list[list[RecordHit]] = await self._call("search_many", list(queries), limit)
+        found: list[list[RecordHit]] = await self._call(
+            "search_many", list(queries), limit, min_score
+        )
         return found
 
     async def search_sparse(

@@ -109,10 +109,15 @@ class VectorIndex(Protocol):
     ) -> list[RecordHit]: ...
 
     async def search_many(
-        self, queries: Sequence[tuple[Sequence[float], VectorFilter]], limit: int
+        self,
+        queries: Sequence[tuple[Sequence[float], VectorFilter]],
+        limit: int,
+        min_score: float | None = None,
     ) -> list[list[RecordHit]]:
         """``search(vector, flt, limit, with_records=True)`` for each query, in order, as one
-        batch where the engine has one (the dedupe stage's neighbours of a whole batch)."""
+        batch where the engine has one (the dedupe stage's neighbours of a whole batch).
+        ``min_score``: only hits at least that similar (the engine skips the others' records:
+        dedupe wants none below its near-duplicate threshold, and most queries have none)."""
         ...
 
     @overload

@@ -380,11 +380,17 @@ class EdgeVectorIndex:
         return [(str(h.id), float(h.score)) for h in hits]
 
     def _dense_request(
-        self, vector: Sequence[float], flt: VectorFilter, limit: int, with_records: bool
+        self,
+        vector: Sequence[float],
+        flt: VectorFilter,
+        limit: int,
+        with_records: bool,
+        min_score: float | None = None,
     ) -> qe.QueryRequest:
         self._check(vector)
         return qe.QueryRequest(
             limit=limit,
+            score_threshold=min_score,
             query=qe.Query.Nearest(list(vector), using=self.vector_name),
             filter=edge_filter(flt, self.may_expire(flt.tenant, flt.now)),
             params=qe.SearchParams(
@@ -425,7 +431,10 @@ class EdgeVectorIndex:
         return await self._query(request, limit, with_records, flt)
 
     async def search_many(
-        self, queries: Sequence[tuple[Sequence[float], VectorFilter]], limit: int
+        self,
+        queries: Sequence[tuple[Sequence[float], VectorFilter]],
+        limit: int,
+        min_score: float | None = None,
     ) -> list[list[RecordHit]]:
         """``search(..., with_records=True)`` per query, as engine batches of
         ``_SEARCH_SLICE`` queries, one thread hop each."""
@@ -436,7 +445,7 @@ class EdgeVectorIndex:
             if lo:
                 await asyncio.sleep(0)  # a recall waiting on the loop goes between slices
             part = queries[lo : lo + _SEARCH_SLICE]
-            requests = [self._dense_request(v, flt, limit, True) for v, flt in part]
+            requests = [self._dense_request(v, flt, limit, True, min_score) for v, flt in part]
             batches = await self._read(
                 "query", False, self.shard.query_batch, qe.QueryBatchRequest(requests)
             )

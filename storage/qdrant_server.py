@@ -336,7 +336,10 @@ class ServerVectorIndex:
         )
 
     async def search_many(
-        self, queries: Sequence[tuple[Sequence[float], VectorFilter]], limit: int
+        self,
+        queries: Sequence[tuple[Sequence[float], VectorFilter]],
+        limit: int,
+        min_score: float | None = None,
     ) -> list[list[RecordHit]]:
         """``search(..., with_records=True)`` per query, in order, in one batch request."""
         for v, _ in queries:
@@ -349,6 +352,7 @@ class ServerVectorIndex:
                 using=self.vector_name,
                 filter=server_filter(flt),
                 limit=limit,
+                score_threshold=min_score,
                 with_payload=["record"],
             )
             for v, flt in queries

@@ -147,6 +147,22 @@ async def test_search_many_answers_each_query_as_search_does(index: VectorIndex)
     assert await index.search_many([], 2) == []
 
 
+async def test_search_many_min_score_keeps_only_hits_that_close(index: VectorIndex) -> None:
+    """``min_score``: each query's hits are those of the search without it that score at
+    least that much, in the same order; a query with none gets an empty list."""
+    exact, near, far = point(axis(0)), point(axis(0, 0.5)), point(axis(0, 3.0))
+    await index.upsert([exact, near, far])
+    queries = [(axis(0), VectorFilter(tenant="acme")), (axis(5), VectorFilter(tenant="acme"))]
+    every = await index.search_many(queries, 3)
+    assert [i for i, _, _ in every[0]] == [exact.id, near.id, far.id]  # far: cosine ~0.32
+    close = await index.search_many(queries, 3, min_score=0.85)
+    assert [(i, round(s, 4)) for i, s, _ in close[0]] == [
+        (i, round(s, 4)) for i, s, _ in every[0] if s >= 0.85
+    ]
+    assert [i for i, _, _ in close[0]] == [exact.id, near.id] and close[1] == []
+    assert close[0][0][2] == every[0][0][2]  # the records come with the hits kept
+
+
 async def test_search_many_keeps_order_past_one_engine_batch(index: VectorIndex) -> None:
     """More queries than one engine batch takes (the Edge adapter splits them): each answer
     still belongs to its own query."""
