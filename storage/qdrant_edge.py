@@ -40,7 +40,9 @@ docs/benchmarks.md, "the engine holds the interpreter lock"). Searches of up to
 (at most ``inline_unoptimized_max`` points written since the last completed ``optimize()``;
 unknown after a load): an indexed search then costs less than the thread hop's tail.
 Otherwise an exact scan of unindexed segments would stall the loop, so they go to a thread
-(where the hop lets other work in between calls). Each search
+(where the hop lets other work in between calls). ``search_many`` (dedupe's batch of
+neighbour searches) runs its slices of ``_SEARCH_SLICE`` queries on the loop whatever the
+shard: each slice is short, and hops cost it more than they spared the loop. Each search
 uses one engine thread (``search_threads=1``): the engine's own pool makes concurrent
 searches contend for the cores and widens the tail. Figures: docs/benchmarks.md.
 
@@ -386,13 +388,21 @@ class EdgeVectorIndex:
         limit: int,
         with_records: bool,
         min_score: float | None = None,
+        built: dict[VectorFilter, qe.Filter] | None = None,
     ) -> qe.QueryRequest:
+        """``built``: the engine filters already made for these ``VectorFilter``s (one call's
+        queries share a few owners), and where to keep the ones made now."""
         self._check(vector)
+        engine_filter = built.get(flt) if built is not None else None
+        if engine_filter is None:
+            engine_filter = edge_filter(flt, self.may_expire(flt.tenant, flt.now))
+            if built is not None:
+                built[flt] = engine_filter
         return qe.QueryRequest(
             limit=limit,
             score_threshold=min_score,
             query=qe.Query.Nearest(list(vector), using=self.vector_name),
-            filter=edge_filter(flt, self.may_expire(flt.tenant, flt.now)),
+            filter=engine_filter,
             params=qe.SearchParams(
                 hnsw_ef=max(self.hnsw_ef, limit) if self.hnsw_ef else None,
                 quantization=qe.QuantizationSearchParams(rescore=True) if self.quantize else None,
@@ -437,18 +447,26 @@ class EdgeVectorIndex:
         min_score: float | None = None,
     ) -> list[list[RecordHit]]:
         """``search(..., with_records=True)`` per query, as engine batches of
-        ``_SEARCH_SLICE`` queries, one thread hop each."""
+        ``_SEARCH_SLICE`` queries, on the event loop: the engine holds the interpreter lock
+        through a call anyway, and a thread hop per slice took ~40 % of the call's wall time
+        (docs/benchmarks.md, "2026-11-26, fifth session"); a recall waits for one slice."""
         if not queries or limit <= 0:
             return [[] for _ in queries]
         found: list[list[RecordHit]] = []
+        built: dict[VectorFilter, qe.Filter] | None = {}
+        try:
+            for _, flt in queries:
+                hash(flt)
+        except TypeError:  # a filter with lists in it: made per query
+            built = None
         for lo in range(0, len(queries), _SEARCH_SLICE):
             if lo:
                 await asyncio.sleep(0)  # a recall waiting on the loop goes between slices
             part = queries[lo : lo + _SEARCH_SLICE]
-            requests = [self._dense_request(v, flt, limit, True, min_score) for v, flt in part]
-            batches = await self._read(
-                "query", False, self.shard.query_batch, qe.QueryBatchRequest(requests)
-            )
+            requests = [
+                self._dense_request(v, flt, limit, True, min_score, built) for v, flt in part
+            ]
+            batches = self._call("query", self.shard.query_batch, qe.QueryBatchRequest(requests))
             found += [owned_hits(hits, flt) for (_, flt), hits in zip(part, batches, strict=True)]
         return found
 

@@ -163,6 +163,21 @@ async def test_search_many_min_score_keeps_only_hits_that_close(index: VectorInd
     assert close[0][0][2] == every[0][0][2]  # the records come with the hits kept
 
 
+async def test_search_many_queries_that_share_a_filter(index: VectorIndex) -> None:
+    """Queries of one batch that share a filter (dedupe's queries share a few owners), and a
+    filter that holds lists (not hashable), are each answered as ``search`` answers them."""
+    a, b = point(axis(0)), point(axis(3), type=MemoryType.PREFERENCE)
+    await index.upsert([a, b])
+    shared = VectorFilter(tenant="acme", user="ann", agent="bot", types=(MemoryType.FACT,))
+    listed = VectorFilter(tenant="acme", user="ann", agent="bot", types=[MemoryType.PREFERENCE])
+    queries = [(axis(0), shared), (axis(3), shared), (axis(3), listed), (axis(0), shared)]
+    many = await index.search_many(queries, 2)
+    for (vector, flt), got in zip(queries, many, strict=True):
+        alone = await index.search(vector, flt, 2, with_records=True)
+        assert [i for i, _, _ in got] == [i for i, _, _ in alone]
+    assert [[i for i, _, _ in hits] for hits in many] == [[a.id], [a.id], [b.id], [a.id]]
+
+
 async def test_search_many_keeps_order_past_one_engine_batch(index: VectorIndex) -> None:
     """More queries than one engine batch takes (the Edge adapter splits them): each answer
     still belongs to its own query."""
