@@ -6,6 +6,7 @@ consumers/batch_stages.py."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
@@ -26,6 +27,7 @@ from memstream.pipeline.plan import Action, plan
 from memstream.schemas.errors import TransientError
 from memstream.schemas.memory import SHARED_SCOPES, Candidate, MemoryEvent, MemoryRecord
 from memstream.schemas.subjects import msg_id
+from memstream.storage.ports import RecordHit
 
 # below the near-duplicate threshold by this much, the engine still returns a hit: its cosine
 # (float32, perhaps quantized and rescored) may round a score at the threshold either way
@@ -135,13 +137,34 @@ async def deduped(
     the store stage runs next in the same call, so a near duplicate of an earlier candidate
     of the batch is folded into it there (``Merges.mates``); without, both are stored."""
     keyed = [dedupe.key(c) for c in cands]
-    # a redelivered candidate that an earlier try folded into a near-duplicate stays folded,
-    # even if an exact duplicate of it was stored since (both reads at once: the stage waits
-    # for one round trip, not two)
-    existing, was_folded = await asyncio.gather(
-        deps.pg.existing([(k.candidate.owner.tenant, k.memory_id) for k in keyed]),
-        deps.pg.folded_among([(c.owner.tenant, c.candidate_id) for c in cands]),
+    similarity = deps.settings.near_duplicate_similarity
+    now = deps.clock().timestamp()
+    # memories of earlier batches whose points are still being written, taken before any
+    # search is sent: one whose points land before the search runs is in its answer, one
+    # whose points land after it is still in this copy (a copy taken after the answer would
+    # miss the second kind)
+    pending = list(deps.unindexed.values())
+    brought = {i: v for i, c in enumerate(cands) if (v := carried(deps, c)) is not None}
+    # the candidates that arrived with their vectors are searched while Postgres is asked
+    # which are duplicates (most are new): the answers of the others are left unread
+    early = (
+        asyncio.ensure_future(_near_search(deps, cands, brought, now, similarity))
+        if brought
+        else None
     )
+    try:
+        # a redelivered candidate that an earlier try folded into a near-duplicate stays
+        # folded, even if an exact duplicate of it was stored since (both reads at once)
+        existing, was_folded = await asyncio.gather(
+            deps.pg.existing([(k.candidate.owner.tenant, k.memory_id) for k in keyed]),
+            deps.pg.folded_among([(c.owner.tenant, c.candidate_id) for c in cands]),
+        )
+    except BaseException:
+        if early is not None:
+            early.cancel()
+            with contextlib.suppress(BaseException):
+                await early
+        raise
     folded = {
         i: was_folded[p]
         for i, c in enumerate(cands)
@@ -153,33 +176,27 @@ async def deduped(
         if i not in folded and (k.candidate.owner.tenant, k.memory_id) not in existing
     ]
     neighbours: dict[int, list[tuple[str, float, str]]] = {}
-    vectors: list[list[float]] = []
-    similarity = deps.settings.near_duplicate_similarity
+    vectors: list[Sequence[float]] = []
     if fresh:
-        brought = {i: v for i in fresh if (v := carried(deps, cands[i])) is not None}
         need = [i for i in fresh if i not in brought]
         made = deps.embedder.embed([dated(cands[i].content, cands[i].occurred_at) for i in need])
-        computed = {**brought, **dict(zip(need, made, strict=True))}
+        embedded = dict(zip(need, made, strict=True))
+        computed = {**brought, **embedded}
         vectors = [computed[i] for i in fresh]
-        now = deps.clock().timestamp()
-        queries = [
-            (vector, near_filter(cands[i], now)) for i, vector in zip(fresh, vectors, strict=True)
-        ]
         try:
-            # hits below the near-duplicate threshold never fold (``dedupe.near_duplicate``):
-            # the engine drops them (the margin keeps a score the engine rounds in)
-            found = await deps.vectors.search_many(queries, 3, similarity - _SCORE_MARGIN)
-            for i, hits in zip(fresh, found, strict=True):
-                neighbours[i] = dedupe.neighbours(cands[i], hits)
+            found = await early if early is not None else {}
+            if embedded:
+                found |= await _near_search(deps, cands, embedded, now, similarity)
+            neighbours = {i: dedupe.neighbours(cands[i], found[i]) for i in fresh}
         except TransientError as exc:  # index down: exact dedupe only; store keeps it unindexed
             log.warning("dedupe.near_check_skipped", reason=type(exc).__name__)
             neighbours = {}
+    elif early is not None:  # nothing new: the answer is not needed, a failure not news
+        with contextlib.suppress(Exception):
+            await early
     vector_of = dict(zip(fresh, vectors, strict=True))  # by position in the batch
-    if neighbours and deps.unindexed:
-        # memories of earlier batches whose points are still being written: found here
-        close = dedupe.unindexed_neighbours(
-            cands, vector_of, list(deps.unindexed.values()), similarity
-        )
+    if neighbours and pending:  # what the search could not find yet
+        close = dedupe.unindexed_neighbours(cands, vector_of, pending, similarity)
         for i, more in close.items():
             neighbours[i] = sorted([*neighbours[i], *more], key=lambda n: -n[1])
     batch_near = (
@@ -230,6 +247,23 @@ async def deduped(
         exact_rows,
     )
     return forward, merges
+
+
+async def _near_search(
+    deps: Deps,
+    cands: Sequence[Candidate],
+    vectors: Mapping[int, Sequence[float]],
+    now: float,
+    similarity: float,
+) -> dict[int, list[RecordHit]]:
+    """The index's nearest memories to ``vectors`` (by position in ``cands``) where each
+    candidate's near duplicates may be. Hits below the near-duplicate threshold never fold
+    (``dedupe.near_duplicate``): the engine drops them, with a margin for its rounding."""
+    at = list(vectors)
+    found = await deps.vectors.search_many(
+        [(vectors[i], near_filter(cands[i], now)) for i in at], 3, similarity - _SCORE_MARGIN
+    )
+    return dict(zip(at, found, strict=True))
 
 
 async def dedupe_batch(deps: Deps, cands: list[Candidate]) -> int:

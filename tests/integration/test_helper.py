@@ -253,3 +253,51 @@ async def test_a_near_duplicate_of_a_memory_still_being_indexed_is_folded(runnin
         await running.wait_for(running.drained, 30, "ingestion")
     (episode,) = await _episodes(running)
     assert episode.source_event_ids == ["n0", "n1"] and episode.indexed
+
+
+class _AnswersAfterTheWrite(_SlowUpserts):
+    """Slow index writes (as ``_SlowUpserts``); a batch search sent while one is under way
+    runs at once, before the write lands, but its answer comes back only after the write has
+    landed and the writer has moved on."""
+
+    def __init__(self, inner: Any, delay_s: float) -> None:
+        super().__init__(inner, delay_s)
+        self.writes: list[asyncio.Event] = []
+
+    async def upsert(self, points: Any) -> None:
+        landed = asyncio.Event()
+        self.writes.append(landed)
+        try:
+            await super().upsert(points)
+        finally:
+            landed.set()
+
+    async def search_many(self, *args: Any, **kwargs: Any) -> Any:
+        under_way = [w for w in self.writes if not w.is_set()]
+        found = await self.inner.search_many(*args, **kwargs)
+        for landed in under_way:
+            await landed.wait()
+        if under_way:
+            await asyncio.sleep(0.3)  # the store tail's bookkeeping after its write
+        return found
+
+
+async def test_a_near_duplicate_whose_mate_lands_during_the_search_is_folded(running) -> None:
+    """The next batch's search runs before the batch before has written its points, and its
+    answer arrives after they are written: the near duplicate is folded all the same (the
+    memories still being indexed are read before the search is sent, not after its answer,
+    when that batch has already taken them off the list)."""
+    services = running.worker.services
+    services.vectors = _AnswersAfterTheWrite(services.vectors, 2.0)
+    first = "remember that the ferry to the island leaves at seven every evening"
+    async with running.client("acme", user="bo") as mem:
+        await mem.publish_turn([("user", first)], session="s1", event_id="f0")
+
+        async def written() -> bool:
+            return bool(await _episodes(running))
+
+        await running.wait_for(written, 30, "the first turn's row")
+        await mem.publish_turn([("user", first + "!")], session="s1", event_id="f1")
+        await running.wait_for(running.drained, 30, "ingestion")
+    (episode,) = await _episodes(running)
+    assert episode.source_event_ids == ["f0", "f1"] and episode.indexed
