@@ -1,0 +1,61 @@
+"""What dedupe's batch of neighbour searches costs on a Qdrant Edge shard (not collected by
+pytest): ``search_many`` of a batch of queries over a few owners, limit 3, with records, as
+the dedupe stage asks it, with and without a score threshold (``min_score``).
+
+    python benchmarks/search_many.py [--points 10000] [--queries 192] [--owners 64]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import random
+import tempfile
+import time
+from pathlib import Path
+
+from engine_gil import points
+
+from memstream.schemas.memory import MemoryType, Scope
+from memstream.storage.ports import VectorFilter
+from memstream.storage.qdrant_edge import EdgeVectorIndex
+
+
+async def main(args: argparse.Namespace) -> None:
+    rng = random.Random(1)
+    index = EdgeVectorIndex(Path(tempfile.mkdtemp()) / "c", flush_every_s=1e9)
+    await index.ensure(args.dim)
+    stored = points(args.points, args.dim, rng)
+    for lo in range(0, len(stored), 256):
+        await index.upsert(stored[lo : lo + 256])
+    now = time.time()  # one clock reading per batch, as dedupe takes it
+    queries = [
+        (
+            [rng.gauss(0, 1) for _ in range(args.dim)],
+            VectorFilter(
+                tenant=f"t{i % 4}",
+                user=f"u{i % args.owners}",
+                types=(MemoryType.EPISODE,),
+                scopes=(Scope.USER,),
+                now=now,
+            ),
+        )
+        for i in range(args.queries)
+    ]
+    for label, min_score in (("records", None), ("min_score 0.9", 0.9)) * 2:
+        started = time.perf_counter()
+        for _ in range(args.rounds):
+            await index.search_many(queries, 3, min_score)
+        per_query = (time.perf_counter() - started) / args.rounds / len(queries)
+        print(f"{label:<14} {per_query * 1e3:.3f} ms a query")
+    await index.close()
+
+
+if __name__ == "__main__":
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--points", type=int, default=10_000)
+    p.add_argument("--queries", type=int, default=192)
+    p.add_argument("--owners", type=int, default=64)
+    p.add_argument("--dim", type=int, default=256)
+    p.add_argument("--rounds", type=int, default=5)
+    asyncio.run(main(p.parse_args()))
