@@ -119,6 +119,10 @@ class Merges:
     # exact duplicates to merge into their memories, ``(memory id, content hash, candidate)``,
     # not yet written: the store stage of the same call writes them in its own transaction
     exact: list[tuple[str, str, Candidate]] = field(default_factory=list)
+    # near duplicates to fold into existing memories, ``(candidate, memory id)``, not yet
+    # written (only when store runs in the same call): folded in store's transaction, or
+    # stored anew if their memory went since the search
+    near: list[tuple[Candidate, str]] = field(default_factory=list)
 
 
 async def settle(deps: Deps, merges: Merges) -> None:
@@ -209,29 +213,23 @@ async def deduped(
     # the source events merged into their memories: by ``settle``, or by the store stage of
     # this call in its own transaction (one commit for the batch, not two)
     exact_rows = [(d.target, d.keyed.content_hash, d.keyed.candidate) for d in exact]
-    near = [d for d in decisions if d.action is Action.NEAR_MERGE]
-    near_ok = await deps.pg.merge_many(
-        [
-            (
-                d.keyed.candidate.owner.tenant,
-                d.target,
-                d.keyed.candidate.source_event_id,
-                d.keyed.candidate.candidate_id,
-            )
-            for d in near
-        ]
-    )
+
+    def carrying(i: int, c: Candidate) -> Candidate:
+        # the store stage indexes this vector instead of embedding again
+        return c.model_copy(update={"vector": vector_of[i]}) if i in vector_of else c
+
+    # with store in this call, the near-duplicate folds go in its transaction (``Merges.near``)
+    near = [] if mates else [d for d in decisions if d.action is Action.NEAR_MERGE]
+    near_ok = await deps.pg.merge_many([_fold(d.keyed.candidate, d.target) for d in near])
     # a near-duplicate whose target went since the search (forgotten, expired) is stored anew
     gone = {id(d) for d, ok in zip(near, near_ok, strict=True) if not ok}
     refolded = [d for d in decisions if d.action is Action.REFOLD]
     merged = exact + [d for d, ok in zip(near, near_ok, strict=True) if ok] + refolded
-    forward: list[Candidate] = []
-    for i, d in enumerate(decisions):
-        if d.action is Action.INSERT or id(d) in gone:
-            c = d.keyed.candidate
-            if i in vector_of:  # the store stage indexes this vector instead of embedding again
-                c = c.model_copy(update={"vector": vector_of[i]})
-            forward.append(c)
+    forward = [
+        carrying(i, d.keyed.candidate)
+        for i, d in enumerate(decisions)
+        if d.action is Action.INSERT or id(d) in gone
+    ]
     at = deps.clock()
     merges = Merges(
         [(d.keyed.candidate.owner.tenant, d.target) for d in merged],
@@ -245,8 +243,18 @@ async def deduped(
         ],
         [(d.keyed.candidate, d.target) for d in decisions if d.action is Action.BATCH_MERGE],
         exact_rows,
+        [
+            (carrying(i, d.keyed.candidate), d.target)
+            for i, d in enumerate(decisions)
+            if mates and d.action is Action.NEAR_MERGE
+        ],
     )
     return forward, merges
+
+
+def _fold(c: Candidate, target: str) -> tuple[str, str, str, str]:
+    """A fold of ``c`` into memory ``target``, as ``merge_many`` takes it."""
+    return (c.owner.tenant, target, c.source_event_id, c.candidate_id)
 
 
 async def _near_search(
@@ -313,11 +321,23 @@ async def store_begun(
         expires = lifecycle.expires_at(c, now, deps.settings.ttl_s)
         ready.append(c if expires == c.expires_at else c.model_copy(update={"expires_at": expires}))
     keyed = [dedupe.key(c) for c in ready]
-    written = await deps.pg.upsert_many(
-        [*merges.exact, *((k.memory_id, k.content_hash, k.candidate) for k in keyed)]
-    )
+    rows = [*merges.exact, *((k.memory_id, k.content_hash, k.candidate) for k in keyed)]
+    if merges.near or merges.mates:  # one transaction, one commit, for the three
+        written, near_ok, mates_ok = await deps.pg.write_batch(
+            rows, [_fold(c, t) for c, t in merges.near], [_fold(c, t) for c, t in merges.mates]
+        )
+    else:
+        written, near_ok, mates_ok = await deps.pg.upsert_many(rows), [], []
     inserted = written[len(merges.exact) :]
-    mates = await _fold_mates(deps, merges.mates)
+    near = [m for m, ok in zip(merges.near, near_ok, strict=True) if ok]
+    mates = [m for m, ok in zip(merges.mates, mates_ok, strict=True) if ok]
+    # a near duplicate whose memory went since the search, and one whose mate is not there
+    # (an earlier try folded the mate elsewhere), is stored itself
+    alone = [
+        *(c for (c, _), ok in zip(merges.near, near_ok, strict=True) if not ok),
+        *(c for (c, _), ok in zip(merges.mates, mates_ok, strict=True) if not ok),
+    ]
+    kept_alone = await stored(deps, alone) if alone else 0
     new_ids = {k.memory_id for k, new in zip(keyed, inserted, strict=True) if new}
     # a carried vector is that of the candidate's text: it is the row's only when inserted
     known: dict[str, Sequence[float]] = {
@@ -325,14 +345,24 @@ async def store_begun(
         for k, new in zip(keyed, inserted, strict=True)
         if new and k.candidate.vector is not None
     }
-    keys = [*merges.keys, *((k.candidate.owner.tenant, k.memory_id) for k in keyed)]
+    keys = [
+        *merges.keys,
+        *((c.owner.tenant, target) for c, target in near),
+        *((k.candidate.owner.tenant, k.memory_id) for k in keyed),
+    ]
     waiting = [
         dedupe.Unindexed(k.memory_id, dedupe.group_of(k.candidate), vector, k.candidate.content)
         for k, new in zip(keyed, inserted, strict=True)
         if new and (vector := k.candidate.vector) is not None
     ]
     deps.unindexed.update((u.memory_id, u) for u in waiting)
-    events_of = merges.events
+    events_of = [
+        *merges.events,
+        *(
+            (event_of(c, "merged", t, now), c.source_event_id, c.scope in SHARED_SCOPES)
+            for c, t in near
+        ),
+    ]
 
     async def tail(before: Callable[[], Awaitable[None]]) -> None:
         try:
@@ -348,7 +378,7 @@ async def store_begun(
         await before()
         await _announced(deps, upserted, _events(events_of, mates, keyed, created, at))
 
-    return len(keyed), tail
+    return len(keyed) + kept_alone, tail
 
 
 def _events(
@@ -374,23 +404,6 @@ def _events(
             for k, new in zip(keyed, created, strict=True)
         ),
     ]
-
-
-async def _fold_mates(
-    deps: Deps, mates: Sequence[tuple[Candidate, str]]
-) -> list[tuple[Candidate, str]]:
-    """Fold candidates into the batch mates just written (``Merges.mates``), recorded under
-    their candidate ids as any near-duplicate fold; the ones folded. One whose mate is not
-    there (it was not written: an earlier try had folded it elsewhere) is stored itself."""
-    if not mates:
-        return []
-    found = await deps.pg.merge_many(
-        [(c.owner.tenant, target, c.source_event_id, c.candidate_id) for c, target in mates]
-    )
-    alone = [c for (c, _), ok in zip(mates, found, strict=True) if not ok]
-    if alone:
-        await stored(deps, alone)
-    return [m for m, ok in zip(mates, found, strict=True) if ok]
 
 
 async def store_batch(deps: Deps, cands: list[Candidate]) -> int:

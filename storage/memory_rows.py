@@ -178,6 +178,17 @@ class RowsMixin:
             out.append(m is None)
         return out
 
+    async def write_batch(
+        self,
+        rows: Sequence[tuple[str, str, Candidate]],
+        folds: Sequence[tuple[str, str, str, str]] = (),
+        then: Sequence[tuple[str, str, str, str]] = (),
+    ) -> tuple[list[bool], list[bool], list[bool]]:
+        # one transaction in Postgres: here nothing can fail half-way through
+        before = await self.merge_many(folds)
+        inserted = await self.upsert_many(rows)
+        return inserted, before, await self.merge_many(then)
+
     def _fold(self, tenant: str, memory_id: str, source: str, key: str | None) -> bool:
         m = self.rows.get(memory_id)
         if m is None or m.tenant != tenant or m.deleted_at is not None:

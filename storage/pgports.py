@@ -52,6 +52,15 @@ class MemoryRows(Protocol):
     async def upsert_many(self, rows: Sequence[tuple[str, str, Candidate]]) -> list[bool]:
         """``upsert`` of each row, in order, in one transaction."""
 
+    async def write_batch(
+        self,
+        rows: Sequence[tuple[str, str, Candidate]],
+        folds: Sequence[tuple[str, str, str, str]] = (),
+        then: Sequence[tuple[str, str, str, str]] = (),
+    ) -> tuple[list[bool], list[bool], list[bool]]:
+        """``merge_many(folds)``, ``upsert_many(rows)`` and ``merge_many(then)``, in that
+        order and one transaction: (inserted per row, folded per fold, folded per ``then``)."""
+
     async def merge(
         self, tenant: str, memory_id: str, source_event_id: str, candidate_id: str | None = None
     ) -> bool:

@@ -137,35 +137,61 @@ class PgStore(PgReads, PgManaged, PgFacts, PgIndexRows, PgMaintenance, PgSwitche
         are the cost, and it cannot insert a row and then update it.)"""
         if not rows:
             return []
-        now = self.clock()
-        args = [_upsert_args(mid, chash, c, now) for mid, chash, c in rows]
         try:
             async with self._transaction() as con:
-                found = await con.fetchmany(_UPSERT_ROW, args)
-                inserted = [bool(r["inserted"]) for r in found]
-                # a replay by the candidate that created the row (its first source) is that
-                # "stored" again (its audit row exists already), not a merge
-                stored = [bool(r["inserted"] or r["own"]) for r in found]
-                await self._events(
-                    con,
-                    [
-                        (
-                            c.owner.tenant,
-                            mid,
-                            "stored" if new else "merged",
-                            c.source_event_id,
-                            {
-                                "source_event_id": c.source_event_id,
-                                "type": c.type.value,
-                                "redactions": c.redactions,
-                            },
-                        )
-                        for (mid, _, c), new in zip(rows, stored, strict=True)
-                    ],
-                )
+                return await self._upsert_rows(con, rows)
         except _TRANSIENT as exc:
             raise StorageUnavailable("postgres did not answer") from exc
-        return inserted
+
+    async def write_batch(
+        self,
+        rows: Sequence[tuple[str, str, Candidate]],
+        folds: Sequence[tuple[str, str, str, str]] = (),
+        then: Sequence[tuple[str, str, str, str]] = (),
+    ) -> tuple[list[bool], list[bool], list[bool]]:
+        """``merge_many(folds)``, ``upsert_many(rows)``, then ``merge_many(then)``, in one
+        transaction: a store batch's near-duplicate folds, its rows and its folds into the
+        rows it writes, with one commit instead of three."""
+        if not (rows or folds or then):
+            return [], [], []
+        try:
+            async with self._transaction() as con:
+                before = await self._fold_rows(con, folds)
+                inserted = await self._upsert_rows(con, rows)
+                after = await self._fold_rows(con, then)
+        except _TRANSIENT as exc:
+            raise StorageUnavailable("postgres did not answer") from exc
+        return inserted, before, after
+
+    async def _upsert_rows(
+        self, con: Any, rows: Sequence[tuple[str, str, Candidate]]
+    ) -> list[bool]:
+        if not rows:
+            return []
+        now = self.clock()
+        args = [_upsert_args(mid, chash, c, now) for mid, chash, c in rows]
+        found = await con.fetchmany(_UPSERT_ROW, args)
+        # a replay by the candidate that created the row (its first source) is that "stored"
+        # again (its audit row exists already), not a merge
+        stored = [bool(r["inserted"] or r["own"]) for r in found]
+        await self._events(
+            con,
+            [
+                (
+                    c.owner.tenant,
+                    mid,
+                    "stored" if new else "merged",
+                    c.source_event_id,
+                    {
+                        "source_event_id": c.source_event_id,
+                        "type": c.type.value,
+                        "redactions": c.redactions,
+                    },
+                )
+                for (mid, _, c), new in zip(rows, stored, strict=True)
+            ],
+        )
+        return [bool(r["inserted"]) for r in found]
 
     async def _events(
         self,
@@ -243,26 +269,29 @@ class PgStore(PgReads, PgManaged, PgFacts, PgIndexRows, PgMaintenance, PgSwitche
         if not merges:
             return []
         async with self._transaction() as con:
-            rows = await con.fetch(
-                _MERGE_SET,
-                [mid for _, mid, _, _ in merges],
-                [tenant for tenant, _, _, _ in merges],
-                [src for _, _, src, _ in merges],
-                self.clock(),
-            )
-            live = {(str(r["tenant"]), str(r["id"])) for r in rows}
-            done = {
-                i for i, (t, mid, _, _) in enumerate(merges) if (t, str(uuid.UUID(mid))) in live
-            }
-            folds = [m for i, m in enumerate(merges) if i in done]
-            await self._events(
-                con,
-                [
-                    (tenant, mid, "merged", src, {"source_event_id": src, "near_duplicate": True})
-                    for tenant, mid, src, _ in folds
-                ],
-                [_fold_key(cid) for *_, cid in folds],
-            )
+            return await self._fold_rows(con, merges)
+
+    async def _fold_rows(self, con: Any, merges: Sequence[tuple[str, str, str, str]]) -> list[bool]:
+        if not merges:
+            return []
+        rows = await con.fetch(
+            _MERGE_SET,
+            [mid for _, mid, _, _ in merges],
+            [tenant for tenant, _, _, _ in merges],
+            [src for _, _, src, _ in merges],
+            self.clock(),
+        )
+        live = {(str(r["tenant"]), str(r["id"])) for r in rows}
+        done = {i for i, (t, mid, _, _) in enumerate(merges) if (t, str(uuid.UUID(mid))) in live}
+        folds = [m for i, m in enumerate(merges) if i in done]
+        await self._events(
+            con,
+            [
+                (tenant, mid, "merged", src, {"source_event_id": src, "near_duplicate": True})
+                for tenant, mid, src, _ in folds
+            ],
+            [_fold_key(cid) for *_, cid in folds],
+        )
         return [i in done for i in range(len(merges))]
 
     async def merge(

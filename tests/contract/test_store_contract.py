@@ -85,6 +85,33 @@ async def test_merge_many_folds_into_one_memory_in_order(store: Store, rows: Row
     }
 
 
+async def test_write_batch_folds_then_writes_then_folds_into_its_rows(
+    store: Store, rows: Rows
+) -> None:
+    """``write_batch``: the folds into existing memories first (one gone: False), then the
+    rows (inserted or merged, in order), then the folds into the rows just written, each fold
+    recorded under its candidate, as the three calls one after the other would."""
+    old = await rows.put(store)
+    gone = await rows.put(store)
+    assert await store.tombstone(OwnerFilter(tenant="t1", user="u1"), gone)
+    a, b = rows.candidate(content="new one"), rows.candidate(content="old again")
+    new_id = str(uuid.uuid4())
+    inserted, folded, then = await store.write_batch(
+        [(new_id, chash(a), a), (old, chash(b), b)],
+        [("t1", old, "near-1", "c1"), ("t1", gone, "near-2", "c2")],
+        [("t1", new_id, "mate-1", "c3")],
+    )
+    assert (inserted, folded, then) == ([True, False], [True, False], [True])
+    got = await store.memories_by_id([("t1", new_id), ("t1", old)])
+    assert got[new_id].source_event_ids == [a.source_event_id, "mate-1"]
+    assert got[old].source_event_ids[-2:] == ["near-1", b.source_event_id]
+    assert await store.folded_among([("t1", "c1"), ("t1", "c2"), ("t1", "c3")]) == {
+        ("t1", "c1"): old,
+        ("t1", "c3"): new_id,
+    }
+    assert await store.write_batch([]) == ([], [], [])
+
+
 async def test_owner_filters_never_cross_tenant_or_owner(store: Store, rows: Rows) -> None:
     """Reads see the owner's memories (plus shared scopes when asked), never another's."""
     own = await rows.put(store, content="alpha own")

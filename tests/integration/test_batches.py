@@ -223,6 +223,42 @@ async def test_near_duplicates_in_one_fused_batch_are_folded(running) -> None:
     await drain_with_new_loops(running)
 
 
+async def test_near_folds_are_written_with_the_batch_or_stored_if_their_memory_went(
+    running,
+) -> None:
+    """A store batch from a dedupe in the same call folds its near duplicates in its own
+    transaction: into a live memory (its source added, the fold recorded, the memory indexed
+    again and announced as merged), and a candidate whose memory went since the search is
+    stored as a memory of its own, never dropped."""
+    deps = running.worker.deps
+    first = candidate(3, distinct_note(3))
+    assert await stored(deps, [first]) == 1
+    flt = OwnerFilter(tenant="acme", user="bo")
+    (target,) = [m for m in await running.pg.list_memories(flt) if m.content == first.content]
+    near, orphan = candidate(4, distinct_note(3) + " again"), candidate(5, distinct_note(5))
+    sent: list[tuple[str, str]] = []
+    publish = deps.publish_many
+
+    async def recording(items: Any) -> None:
+        sent.extend((msg.kind, msg.memory_id) for _, msg, _ in items)
+        await publish(items)
+
+    deps.publish_many = recording
+    try:
+        merges = Merges([], [], near=[(near, target.id), (orphan, str(uuid.uuid4()))])
+        assert await stored(deps, [], merges) == 1  # the orphan, stored itself
+    finally:
+        deps.publish_many = publish
+    folded = await running.pg.memories_by_id([("acme", target.id)])
+    assert folded[target.id].source_event_ids == ["e3", "e4"] and folded[target.id].indexed
+    assert await running.pg.folded_among([("acme", "c4"), ("acme", "c5")]) == {
+        ("acme", "c4"): target.id
+    }
+    (alone,) = [m for m in await running.pg.list_memories(flt) if m.content == orphan.content]
+    assert alone.source_event_ids == ["e5"]
+    assert ("merged", target.id) in sent and ("stored", alone.id) in sent
+
+
 async def test_a_store_retried_after_its_events_failed_announces_stored(running) -> None:
     """A store try that wrote its memories but whose events did not go out (NATS away between
     the commit and the publish) is tried again: the retry announces the memory it created as
@@ -255,7 +291,7 @@ async def test_a_fold_whose_mate_was_not_written_stores_the_candidate(running) -
     deps = running.worker.deps
     c = candidate(2, distinct_note(2))
     missing = str(uuid.uuid4())
-    assert await stored(deps, [], Merges([], [], [(c, missing)])) == 0
+    assert await stored(deps, [], Merges([], [], [(c, missing)])) == 1  # stored: counted as kept
     flt = OwnerFilter(tenant="acme", user="bo")
     kept = [m for m in await running.pg.list_memories(flt) if m.content == c.content]
     assert len(kept) == 1 and kept[0].source_event_ids == [c.source_event_id]
