@@ -126,11 +126,10 @@ class Merges:
 
 
 async def settle(deps: Deps, merges: Merges) -> None:
-    if merges.exact:
-        await deps.pg.upsert_many(merges.exact)
-    if merges.keys:
-        upserted, _ = await _reindex(deps, merges.keys)
-        await _announced(deps, upserted, merges.events)
+    """The merges of a dedupe with no store after it in the call: written, re-indexed and
+    announced as a store batch of no new candidates writes them (one path for both)."""
+    if merges.exact or merges.keys or merges.near or merges.mates:
+        await stored(deps, [], merges)
 
 
 async def deduped(
@@ -322,12 +321,10 @@ async def store_begun(
         ready.append(c if expires == c.expires_at else c.model_copy(update={"expires_at": expires}))
     keyed = [dedupe.key(c) for c in ready]
     rows = [*merges.exact, *((k.memory_id, k.content_hash, k.candidate) for k in keyed)]
-    if merges.near or merges.mates:  # one transaction, one commit, for the three
-        written, near_ok, mates_ok = await deps.pg.write_batch(
-            rows, [_fold(c, t) for c, t in merges.near], [_fold(c, t) for c, t in merges.mates]
-        )
-    else:
-        written, near_ok, mates_ok = await deps.pg.upsert_many(rows), [], []
+    # one transaction, one commit, for the folds and the rows
+    written, near_ok, mates_ok = await deps.pg.write_batch(
+        rows, [_fold(c, t) for c, t in merges.near], [_fold(c, t) for c, t in merges.mates]
+    )
     inserted = written[len(merges.exact) :]
     near = [m for m, ok in zip(merges.near, near_ok, strict=True) if ok]
     mates = [m for m, ok in zip(merges.mates, mates_ok, strict=True) if ok]
