@@ -58,6 +58,27 @@ def points(n: int, dim: int, rng: random.Random) -> list[VectorPoint]:
     return out
 
 
+def owner_queries(
+    n: int, dim: int, owners: int, rng: random.Random
+) -> list[tuple[list[float], VectorFilter]]:
+    """``n`` random query vectors, each with the filter of one of ``owners`` users of the
+    four tenants ``points`` writes (one clock reading for all, as dedupe takes it)."""
+    now = time.time()
+    return [
+        (
+            [rng.gauss(0, 1) for _ in range(dim)],
+            VectorFilter(
+                tenant=f"t{i % 4}",
+                user=f"u{i % owners}",
+                types=(MemoryType.EPISODE,),
+                scopes=(Scope.USER,),
+                now=now,
+            ),
+        )
+        for i in range(n)
+    ]
+
+
 def lock_share(fn: Callable[[], object]) -> tuple[float, float]:
     """(wall ms, % of a counting loop's progress in this thread while ``fn`` ran in another,
     against the same loop alone for as long)."""

@@ -14,10 +14,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from engine_gil import points
+from engine_gil import owner_queries, points
 
-from memstream.schemas.memory import MemoryType, Scope
-from memstream.storage.ports import VectorFilter
 from memstream.storage.qdrant_edge import EdgeVectorIndex
 
 
@@ -28,20 +26,7 @@ async def main(args: argparse.Namespace) -> None:
     stored = points(args.points, args.dim, rng)
     for lo in range(0, len(stored), 256):
         await index.upsert(stored[lo : lo + 256])
-    now = time.time()  # one clock reading per batch, as dedupe takes it
-    queries = [
-        (
-            [rng.gauss(0, 1) for _ in range(args.dim)],
-            VectorFilter(
-                tenant=f"t{i % 4}",
-                user=f"u{i % args.owners}",
-                types=(MemoryType.EPISODE,),
-                scopes=(Scope.USER,),
-                now=now,
-            ),
-        )
-        for i in range(args.queries)
-    ]
+    queries = owner_queries(args.queries, args.dim, args.owners, rng)
     for label, min_score in (("records", None), ("min_score 0.9", 0.9)) * 2:
         started = time.perf_counter()
         for _ in range(args.rounds):

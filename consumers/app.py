@@ -129,6 +129,8 @@ class Worker(Maintenance):
         js = self._nc.jetstream()
         topo = await topology.apply(js, self.settings)
         self.telemetry = WorkerMetrics(self)
+        if hasattr(self.vectors, "on_optimized"):  # Qdrant Edge optimizes as writes make it due
+            self.vectors.on_optimized = self.index_optimized
         cache = None
         if self.settings.recall_cache_ttl_s:
             cache = RecallCache(

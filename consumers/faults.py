@@ -25,6 +25,12 @@ class OfflineSwitch:
     def __init__(self, inner: Any, flag: Path) -> None:
         self.inner, self.flag = inner, flag
 
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in ("inner", "flag"):
+            object.__setattr__(self, name, value)
+        else:  # a callback set on the index (``on_optimized``) is the inner index's
+            setattr(self.inner, name, value)
+
     def __getattr__(self, name: str) -> Any:
         attr = getattr(self.inner, name)
         if name == "close" or not inspect.iscoroutinefunction(attr):

@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 
 from memstream.consumers import deletions, indexing
 from memstream.consumers.logs import log
+from memstream.consumers.metrics import WorkerMetrics
 from memstream.consumers.outage import Backoff, is_outage
 from memstream.consumers.services import ReadsServices
 from memstream.consumers.stages import Deps
@@ -21,6 +23,7 @@ class Maintenance(ReadsServices):
     """What ``Worker`` runs besides its stages and responders to keep the index whole."""
 
     deps: Deps
+    telemetry: WorkerMetrics
 
     @property
     def pg(self) -> Store:
@@ -70,8 +73,21 @@ class Maintenance(ReadsServices):
         await self.vectors.ensure(self.embedder.dim)
         await self.reconcile_once()
         await self.sweep_once()
-        if await self.vectors.optimize():
-            log.info("vector_index.optimized")
+        started = time.perf_counter()
+        changed = await self.vectors.optimize()
+        spent = time.perf_counter() - started
+        self.telemetry.optimize_seconds.observe(spent)
+        if changed:
+            log.info("vector_index.optimized", seconds=round(spent, 3))
+
+    def index_optimized(self, seconds: float, error: BaseException | None) -> None:
+        """An optimize the index's own writes started (``EdgeVectorIndex.on_optimized``): the
+        process that holds the shard waited ``seconds`` for it."""
+        self.telemetry.optimize_seconds.observe(seconds)
+        if error is None:
+            log.info("vector_index.optimized", seconds=round(seconds, 3), started_by="writes")
+        else:
+            log.warning("vector_index.optimize_failed", error=type(error).__name__)
 
     async def _left_behind(self) -> bool:
         """Whether an earlier process left memories unindexed or points undeleted (it was

@@ -190,6 +190,13 @@ class WorkerMetrics:
             buckets=LEG_SECONDS,
             registry=r,
         )
+        self.optimize_seconds = Histogram(
+            "memstream_index_optimize_duration_seconds",
+            "time of one optimization of the vector index (Qdrant Edge: the process that "
+            "holds the shard, recall included, waits for all of it)",
+            buckets=STAGE_SECONDS,
+            registry=r,
+        )
         gauge: dict[str, Any] = {"registry": r, "labelnames": ["stage"]}
         self.pending = Gauge(
             "memstream_consumer_pending", "messages not yet delivered to the stage", **gauge

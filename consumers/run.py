@@ -54,6 +54,7 @@ def make_vector_index(settings: Settings, dim: int = 0) -> VectorIndex:
         settings.state_dir / "qdrant" / settings.collection,
         idf_scope=settings.idf_scope,
         hnsw_ef=settings.hnsw_ef,
+        segment_kb=settings.index_segment_kb,
     )
 
 

@@ -90,6 +90,11 @@ class Settings(BaseSettings):
     # 64 trims the dense leg's tail at recall scale and leaves the fused top hits almost
     # unchanged (docs/benchmarks.md).
     hnsw_ef: int | None = Field(default=64, ge=1)
+    # Qdrant Edge: the largest index segment, in KB of dense vectors. None: the engine merges
+    # every segment into one, and each optimization rebuilds the whole shard (a pause of the
+    # index process that grows with it); set, pauses stay short and a search visits every
+    # segment, which a large tenant pays (storage/qdrant_edge.py, docs/configuration.md).
+    index_segment_kb: int | None = Field(default=None, ge=64)
     # mlockall the worker: keeps the memory-mapped index in RAM on hosts that reclaim page
     # cache (consumers/memlock.py); needs CAP_IPC_LOCK or an unlimited `ulimit -l`.
     lock_memory: bool = False

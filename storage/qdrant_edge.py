@@ -46,6 +46,17 @@ shard: each slice is short, and hops cost it more than they spared the loop. Eac
 uses one engine thread (``search_threads=1``): the engine's own pool makes concurrent
 searches contend for the cores and widens the tail. Figures: docs/benchmarks.md.
 
+Segments: ``optimize`` holds the interpreter lock for as long as it builds (graphs, payload
+and sparse indexes: ~0.2 ms a point here), and recall and the worker's index calls wait for
+all of it. With the engine's defaults (``segment_kb=None``) it merges every segment into one,
+so a run that has anything to build rebuilds the whole shard: the pause grows with the shard
+(2.5 s at 12k points, 9.0 s at 48k, 33 s at 120k) while a search visits one graph. With
+``segment_kb`` set (``MEMSTREAM_INDEX_SEGMENT_KB``) segments stay below it, and the writes
+start an optimize each time half a segment's worth of points waits: pauses stay at about
+that much building (1.3 s with 8,000 KB, at 48k as at 12k), but a search visits every
+segment, which a large tenant pays (at 100k points of one tenant, 30 segments of 8,000 KB:
+recall p50 17.9 against 2.9 ms). ``benchmarks/optimize_stall.py``, docs/benchmarks.md.
+
 Existing shards: ``ensure()`` opens only a shard of this layout (dense vector, ``bm25`` without
 the engine's IDF modifier, owner key fields on every point); any other shard is refused with
 ``ConfigurationError`` rather than answered wrongly: rebuild it from Postgres.
@@ -59,6 +70,7 @@ before the call (``ValueError``).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import re
 import time
@@ -147,14 +159,27 @@ class EdgeVectorIndex:
         hnsw_ef: int | None = None,
         search_threads: int = 1,
         quantize: bool = True,
+        segment_kb: int | None = None,
+        on_optimized: Callable[[float, BaseException | None], None] | None = None,
     ) -> None:
         """``hnsw_ef``: the dense search's candidate list on HNSW-indexed segments (None: the
         engine's default); lower is faster, at some cost in recall on large tenants.
         ``search_threads``: engine threads per search (1: requests run side by side instead;
         the engine's default pool makes concurrent searches contend and widens the tail).
         ``quantize``: int8 scalar quantization of the dense vectors (kept in RAM; the top hits
-        are rescored with the original vectors), for a faster dense search."""
+        are rescored with the original vectors), for a faster dense search.
+        ``segment_kb``: the largest segment ``optimize`` builds, in KB of dense vectors (a
+        segment's points get their HNSW graph once it holds half as much, and the writes
+        start an optimize then); None: the engine's defaults, which merge every segment
+        into one (see the module docstring for what each costs).
+        ``on_optimized``: told the seconds and the error (None) of each ``optimize`` started
+        by the writes themselves (logs and metrics are the caller's)."""
         self.path = Path(path)
+        self.segment_kb = segment_kb
+        self.on_optimized = on_optimized
+        self._due_points = 0  # points written that make an optimize due (0: never by writes)
+        self._unbuilt = 0  # points written since the last optimize began
+        self._optimizing: asyncio.Task[None] | None = None
         self.hnsw_ef = hnsw_ef
         self.search_threads = search_threads
         self.quantize = quantize
@@ -228,6 +253,10 @@ class EdgeVectorIndex:
             tuning["quantization_config"] = qe.ScalarQuantizationConfig(
                 type=qe.ScalarType.Int8, quantile=0.99, always_ram=True
             )
+        if self.segment_kb is not None:
+            tuning["optimizers"] = qe.EdgeOptimizersConfig(
+                max_segment_size=self.segment_kb, indexing_threshold=self.segment_kb // 2
+            )
         return tuning
 
     async def ensure(self, dim: int) -> None:
@@ -266,6 +295,8 @@ class EdgeVectorIndex:
             raise
         self._counts = counts
         self._shard, self._dim = shard, dim
+        if self.segment_kb is not None:  # the indexing threshold, in points of this size
+            self._due_points = max(1, self.segment_kb * 1024 // 2 // (4 * dim))
         existing = set(self._call("info", shard.info).payload_schema)
         wanted: list[tuple[str, Any]] = [("tenant", qe.KeywordIndexParams(is_tenant=True))]
         wanted += [(key, qe.PayloadSchemaType.Keyword) for key in KEYWORD_FIELDS]
@@ -368,6 +399,7 @@ class EdgeVectorIndex:
             await self._write(op, len(points))
             if self._since_optimize is not None:
                 self._since_optimize += len(points)
+            self._written(len(points))
             counts.uncount(old)
             for p in latest.values():
                 counts.written(p)
@@ -571,10 +603,37 @@ class EdgeVectorIndex:
             "unindexed_points": max(0, unindexed),
         }
 
+    def _written(self, n: int) -> None:
+        """Start an ``optimize`` once a segment's worth of points waits for one, so that each
+        builds the graph of about ``segment_kb / 2`` and holds the process for that long, not
+        for what a maintenance interval's writes add up to."""
+        self._unbuilt += n
+        if not self._due_points or self._unbuilt < self._due_points:
+            return
+        if self._optimizing is None or self._optimizing.done():
+            self._optimizing = asyncio.get_running_loop().create_task(self._optimize_due())
+
+    async def _optimize_due(self) -> None:
+        started = time.perf_counter()
+        error: BaseException | None = None
+        try:
+            await self.optimize()
+        except MemstreamError as exc:  # the maintenance loop's optimize tries again
+            error = exc
+        if self.on_optimized is not None:
+            self.on_optimized(time.perf_counter() - started, error)
+
+    @property
+    def optimizing(self) -> asyncio.Task[None] | None:
+        """The ``optimize`` the writes started, while it runs (None otherwise)."""
+        task = self._optimizing
+        return task if task is not None and not task.done() else None
+
     async def optimize(self) -> bool:
         """Build HNSW graphs and merge segments (long blocking work, so in a thread). Searches
         work without it (exact scan of the filtered points)."""
         async with self._optimize_lock:
+            self._unbuilt = 0
             written = self._since_optimize or 0
             done = await self._in_thread("optimize", self.shard.optimize)
             # what was written while it ran may sit in a new unindexed segment
@@ -583,6 +642,9 @@ class EdgeVectorIndex:
 
     async def close(self) -> None:
         """Flush the segments and release the shard's files (and its WAL lock)."""
+        if self._optimizing is not None:  # an engine call in a thread cannot be cancelled
+            with contextlib.suppress(Exception):
+                await self._optimizing
         shard, self._shard = self._shard, None
         if shard is None:
             return

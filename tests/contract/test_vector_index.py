@@ -883,6 +883,53 @@ async def test_edge_searches_leave_the_loop_while_much_is_unoptimized(tmp_path: 
     await again.close()
 
 
+async def test_edge_optimize_builds_bounded_segments(tmp_path: Path) -> None:
+    """Qdrant Edge: optimize() builds segments of at most segment_kb and indexes them, never
+    merging the shard into one (whose rebuild held the process for seconds, growing with the
+    shard), also on a shard created before with the engine's defaults; answers unchanged."""
+    rng = random.Random(5)
+    flt = VectorFilter(tenant="acme")
+    first = EdgeVectorIndex(tmp_path / "shard", segment_kb=None)
+    await first.ensure(DIM)
+    await first.upsert([point([rng.gauss(0, 1) for _ in range(DIM)]) for _ in range(100)])
+    await first.close()
+    # 4 KB of 8-dim vectors: 128 points a segment at most, indexed from 64
+    idx = EdgeVectorIndex(tmp_path / "shard", segment_kb=4)
+    await idx.ensure(DIM)
+    for _ in range(4):
+        await idx.upsert([point([rng.gauss(0, 1) for _ in range(DIM)]) for _ in range(100)])
+        await idx.optimize()
+    layout = idx.layout()
+    assert layout["points"] == 500
+    assert layout["segments"] >= 4  # 500 points in segments of at most 128
+    assert layout["unindexed_points"] == 0
+    q = [rng.gauss(0, 1) for _ in range(DIM)]
+    hits = await idx.search(q, flt, 500)
+    assert len(hits) == 500
+    await idx.close()
+
+
+async def test_edge_writes_start_an_optimize_once_a_segment_waits(tmp_path: Path) -> None:
+    """Qdrant Edge: once half a segment's worth of points is written since the last
+    optimize, the writes start one themselves (each pause stays about that long, whatever
+    the maintenance interval) and report its time; fewer points start none."""
+    told: list[tuple[float, BaseException | None]] = []
+    idx = EdgeVectorIndex(
+        tmp_path / "shard", segment_kb=4, on_optimized=lambda s, e: told.append((s, e))
+    )
+    await idx.ensure(DIM)
+    rng = random.Random(6)
+    await idx.upsert([point([rng.gauss(0, 1) for _ in range(DIM)]) for _ in range(60)])
+    assert idx.optimizing is None  # 60 of the 64 points that make one due
+    await idx.upsert([point([rng.gauss(0, 1) for _ in range(DIM)]) for _ in range(10)])
+    running = idx.optimizing
+    assert running is not None
+    await running
+    assert idx.layout()["unindexed_points"] == 0
+    assert len(told) == 1 and told[0][0] >= 0 and told[0][1] is None
+    await idx.close()
+
+
 async def test_edge_shard_with_the_engine_idf_modifier_is_refused(tmp_path: Path) -> None:
     """Qdrant Edge: a shard whose bm25 is scored by the engine (another layout) is refused
     with a ConfigurationError that says how to recover, never answered with other scores."""

@@ -44,6 +44,25 @@ async def test_maintenance_loop_survives_unexpected_errors(running) -> None:
     assert len(rounds) >= 3 and not worker._reconciler.done()
 
 
+async def test_index_optimizations_are_timed(running) -> None:
+    """Every optimization of the index (it pauses the process that holds a Qdrant Edge
+    shard) is timed in memstream_index_optimize_duration_seconds: the maintenance round's,
+    and one the index's own writes started, which the index tells the worker about."""
+    worker = running.worker
+    name = "memstream_index_optimize_duration_seconds_count"
+
+    def timed() -> float:
+        return worker.telemetry.registry.get_sample_value(name) or 0.0
+
+    before = timed()
+    await worker.maintain_once()
+    assert timed() == before + 1
+    told = worker.vectors.on_optimized  # what an EdgeVectorIndex calls after its own optimize
+    assert told is not None
+    told(0.25, None)
+    assert timed() == before + 2
+
+
 async def _request(nc: NATS, subject: str, body: bytes) -> dict[str, object]:
     reply = await nc.request(subject, body, timeout=10)
     return json.loads(reply.data)  # type: ignore[no-any-return]
