@@ -112,6 +112,10 @@ class Worker(Maintenance):
         init=False, default_factory=lambda: asyncio.Semaphore(64)
     )
     _recall_pending: int = field(init=False, default=0)
+    # the optimizations of the index that built something: how many, and their seconds in
+    # all (ops.stats: the ingest benchmark reports those that fell in its runs)
+    optimizations: int = field(init=False, default=0)
+    optimized_s: float = field(init=False, default=0.0)
     _stopping: bool = field(init=False, default=False)
     # set when a NATS connection closed for good (it reconnects forever, so only if the
     # client gave up anyway): `memstream worker` then exits non-zero for its supervisor

@@ -24,6 +24,8 @@ class Maintenance(ReadsServices):
 
     deps: Deps
     telemetry: WorkerMetrics
+    optimizations: int
+    optimized_s: float
 
     @property
     def pg(self) -> Store:
@@ -78,13 +80,19 @@ class Maintenance(ReadsServices):
         spent = time.perf_counter() - started
         self.telemetry.optimize_seconds.observe(spent)
         if changed:
+            self._built(spent)
             log.info("vector_index.optimized", seconds=round(spent, 3))
+
+    def _built(self, seconds: float) -> None:
+        self.optimizations += 1
+        self.optimized_s += seconds
 
     def index_optimized(self, seconds: float, error: BaseException | None) -> None:
         """An optimize the index's own writes started (``EdgeVectorIndex.on_optimized``): the
         process that holds the shard waited ``seconds`` for it."""
         self.telemetry.optimize_seconds.observe(seconds)
         if error is None:
+            self._built(seconds)
             log.info("vector_index.optimized", seconds=round(seconds, 3), started_by="writes")
         else:
             log.warning("vector_index.optimize_failed", error=type(error).__name__)

@@ -67,6 +67,9 @@ async def snapshot(worker: Any) -> dict[str, Any]:
             "latencies_ms": [round(x, 3) for x in worker.recall.latencies_ms],
         },
         "cache": None if cache is None else {"hits": cache.hits, "misses": cache.misses},
+        # the index's optimizations that built something (each pauses the process that
+        # holds a Qdrant Edge shard): how many, and their seconds in all
+        "index_optimizations": {"count": worker.optimizations, "seconds": worker.optimized_s},
         "dev_redaction_key": bool(getattr(worker, "dev_redaction_key", False)),
         "health": health,
     }

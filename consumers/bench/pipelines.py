@@ -36,7 +36,10 @@ from memstream.schemas.settings import Settings
 from memstream.schemas.subjects import STAGES, Subjects
 
 # per stage: wall time with a batch in hand (s), messages, batches, outputs
+# by stage: (busy seconds, messages, batches, outputs); and under OPTIMIZE, the index's
+# optimizations that built something: (their seconds in all, how many, 0, 0)
 Counts = dict[str, tuple[float, int, int, int]]
+OPTIMIZE = "index optimize"
 
 
 @dataclass
@@ -60,7 +63,7 @@ async def in_process() -> AsyncIterator[Pipeline]:
         metrics = bench.worker.deps.metrics
 
         async def counts() -> Counts:
-            return {
+            out: Counts = {
                 s: (
                     metrics[s].active_s,
                     metrics[s].processed,
@@ -71,6 +74,8 @@ async def in_process() -> AsyncIterator[Pipeline]:
                 else (0.0, 0, 0, 0)
                 for s in STAGES
             }
+            out[OPTIMIZE] = (bench.worker.optimized_s, bench.worker.optimizations, 0, 0)
+            return out
 
         cpu = Roles()
         cpu.add("benchmark and workers", own_seconds)
@@ -94,8 +99,13 @@ async def in_processes(extra: int) -> AsyncIterator[Pipeline]:
                 "MEMSTREAM_NAMESPACE": namespace,
                 # one key for every process: placeholders must match whichever one redacts
                 "MEMSTREAM_REDACTION_KEY": secrets.token_hex(32),
-                # the stage settings under test (MEMSTREAM_STAGE__BATCHED ...), as given here
-                **{k: v for k, v in os.environ.items() if k.startswith("MEMSTREAM_STAGE__")},
+                # the settings under test (MEMSTREAM_STAGE__BATCHED ..., the index's segments),
+                # as given here
+                **{
+                    k: v
+                    for k, v in os.environ.items()
+                    if k.startswith("MEMSTREAM_STAGE__") or k == "MEMSTREAM_INDEX_SEGMENT_KB"
+                },
             }
             workers = [WorkerProcess(env, base / "owner", base / "owner.log")]
             workers += fleet.extras(env, base, extra)
@@ -152,4 +162,11 @@ async def _summed(nc: Any, subject: str, processes: int) -> Counts:
             sum(int(r.get("batches", 0)) for r in rows),
             sum(int(r.get("outputs", 0)) for r in rows),
         )
+    built = [a.get("index_optimizations") or {} for a in found]
+    out[OPTIMIZE] = (
+        sum(float(b.get("seconds", 0.0)) for b in built),
+        sum(int(b.get("count", 0)) for b in built),
+        0,
+        0,
+    )
     return out

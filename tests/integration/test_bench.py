@@ -20,8 +20,13 @@ pytestmark = pytest.mark.integration
 MEMSTREAM = str(Path(sys.executable).parent / "memstream")
 
 
-def bench(args: list[str], nats_url: str, database_url: str) -> dict[str, Any]:
-    env = {**os.environ, "MEMSTREAM_NATS_URL": nats_url, "MEMSTREAM_DATABASE_URL": database_url}
+def bench(args: list[str], nats_url: str, database_url: str, **more_env: str) -> dict[str, Any]:
+    env = {
+        **os.environ,
+        "MEMSTREAM_NATS_URL": nats_url,
+        "MEMSTREAM_DATABASE_URL": database_url,
+        **more_env,
+    }
     done = subprocess.run(
         [MEMSTREAM, "bench", *args, "--json"],
         env=env,
@@ -127,7 +132,8 @@ def test_ingest_bench_reports_throughput_latency_and_loses_nothing(
     and an extract/redact process: every turn becomes recallable exactly once, and the
     report's hop, throughput, stage (summed over processes), latency and recall figures are
     consistent; in process, recall is paced at 20 requests a second, out of process back to
-    back; either way from a recall client in a process of its own."""
+    back; either way from a recall client in a process of its own. With index segments of
+    64 KB, the index's writes start optimizations, which the report counts."""
     recall_rate = 20 if processes == 0 else 0
     r = bench(
         "ingest --turns 240 --paced-turns 120 --rate 100 --tenants 2 --users 2 --sessions 2 "
@@ -135,6 +141,7 @@ def test_ingest_bench_reports_throughput_latency_and_loses_nothing(
         f"--recall-rate {recall_rate}".split(),
         nats_url,
         database_url,
+        MEMSTREAM_INDEX_SEGMENT_KB="64",
     )
     assert (r["turns"], r["tenants"], r["sessions"], r["processes"]) == (240, 2, 8, processes)
     assert r["lost"] == 0 and r["duplicate_events"] == 0
@@ -170,6 +177,10 @@ def test_ingest_bench_reports_throughput_latency_and_loses_nothing(
             assert cores["postgres"] > 0 or run is r["paced"]  # the backends, read under it
         else:
             assert set(cores) == {"benchmark and workers"} and cores["benchmark and workers"] > 0
+    # 64 KB segments: an optimization every 32 points of 256 dims, in whichever process
+    # holds the index (the owner's index process when there is one)
+    built = r["index_optimizations"]["throughput"]
+    assert built["count"] >= 1 and built["seconds"] >= 0
     rec = r["recall_during_ingest"]
     assert rec["requests"] > 0 and rec["errors"] == 0
     assert 0 < rec["latency_ms"]["p50"] <= rec["latency_ms"]["p95"]
