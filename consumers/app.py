@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import gc
 import random
 import time
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import nats
 from faststream import AckPolicy
@@ -35,7 +37,7 @@ from memstream.consumers.logs import log
 from memstream.consumers.maintenance import Maintenance
 from memstream.consumers.metrics import WorkerMetrics
 from memstream.consumers.natsconn import api_keys_required, broker_options, nats_options
-from memstream.consumers.recall import RecallService, error_reply
+from memstream.consumers.recall import IndexBusy, RecallService, error_reply
 from memstream.consumers.runner import StageRunner
 from memstream.consumers.services import Services
 from memstream.consumers.stages import STAGE_WORK, Deps
@@ -44,6 +46,7 @@ from memstream.schemas.commands import VERBS
 from memstream.schemas.errors import ErrorCode, MemstreamError, PermanentError, describe
 from memstream.schemas.recall import RecallRequest
 from memstream.schemas.subjects import STAGES, Subjects
+from memstream.storage.ports import VectorIndex
 
 
 def reconnect_forever(closed: Any) -> dict[str, Any]:
@@ -216,11 +219,7 @@ class Worker(Maintenance):
     async def _answer_requests(self, s: Subjects) -> None:
         """The recall responder and the command responders (queue groups: one process of
         the deployment answers each request)."""
-        # Recall is the hot path: a plain nats-py queue subscription, so no broker middleware
-        # adds to every request's latency; each request in its own task.
-        self._recall_sub = await self._nc.subscribe(
-            s.recall, queue=s.queue_group, cb=self._recall_message, pending_msgs_limit=100_000
-        )
+        self._recall_sub = await self._subscribe_recall(self.recall)
         for verb in VERBS:
             self.broker.subscriber(s.cmd(verb), queue=s.queue_group, ack_policy=AckPolicy.MANUAL)(
                 self._command_handler(verb)
@@ -261,28 +260,71 @@ class Worker(Maintenance):
             log.error("worker.nats_closed", action="exiting for the supervisor to restart")
         self.lost.set()
 
-    async def _recall_message(self, msg: Any) -> None:
+    async def _subscribe_recall(self, service: RecallService) -> Any:
+        # Recall is the hot path: a plain nats-py queue subscription, so no broker middleware
+        # adds to every request's latency; each request in its own task.
+        async def message(msg: Any) -> None:
+            await self._recall_message(msg, service)
+
+        s = self.deps.subjects
+        return await self._nc.subscribe(
+            s.recall, queue=s.queue_group, cb=message, pending_msgs_limit=100_000
+        )
+
+    async def recall_off(self) -> None:
+        """Stop answering recall (the requests already taken are answered): the worker that
+        owns this index process answers it while the shard optimizes (``standby_recall``)."""
+        sub, self._recall_sub = self._recall_sub, None
+        if sub is not None:
+            await sub.unsubscribe()
+            await self._nc.flush()  # the server has taken this process out of the group
+
+    async def recall_on(self) -> None:
+        """Answer recall again (idempotent)."""
+        if self._recall_sub is None:
+            self._recall_sub = await self._subscribe_recall(self.recall)
+            await self._nc.flush()
+
+    @contextlib.asynccontextmanager
+    async def standby_recall(self) -> AsyncIterator[None]:
+        """Answer recall here, from Postgres, as during an index outage (the replies say
+        ``vector_index`` degraded), for as long as the index process cannot: it holds the
+        shard's interpreter lock for the whole of an optimize that builds."""
+        busy = cast(VectorIndex, IndexBusy())
+        service = RecallService(dataclasses.replace(self.services, vectors=busy))
+        service.telemetry = self.telemetry
+        sub = await self._subscribe_recall(service)
+        try:
+            await self._nc.flush()  # the server sends this process recall from now on
+            yield
+        finally:
+            with contextlib.suppress(Exception):  # NATS away: the subscription goes with it
+                await sub.unsubscribe()
+            self.recall.served += service.served
+            self.recall.failed += service.failed
+
+    async def _recall_message(self, msg: Any, service: RecallService) -> None:
         if msg.reply and not safe_reply(msg.reply, self.settings.namespace):
             log.warning("recall.refused", reason="reply subject is not an inbox")
             return
         if self._recall_pending >= self.settings.recall_max_pending:
             # overloaded: say so at once rather than queue without bound (each queued request
             # holds a task and its body); the agent may retry or go without memories
-            self.recall.failed += 1
+            service.failed += 1
             if msg.reply:
                 await msg.respond(error_reply(ErrorCode.UNAVAILABLE, "recall is overloaded"))
             return
         self._recall_pending += 1
-        self._spawn(self._answer_recall(msg))
+        self._spawn(self._answer_recall(msg, service))
 
-    async def _answer_recall(self, msg: Any) -> None:
+    async def _answer_recall(self, msg: Any, service: RecallService) -> None:
         started = time.perf_counter()
         try:
             async with asyncio.timeout(self.settings.recall_deadline_s):
                 async with self._recall_slots:  # bounded concurrency; the rest wait here
-                    data = await self.answer_recall(msg.data)
+                    data = await self.answer_recall(msg.data, service)
         except TimeoutError:
-            self.recall.failed += 1
+            service.failed += 1
             data = error_reply(ErrorCode.TIMEOUT, "recall did not finish within its deadline")
         finally:
             self._recall_pending -= 1
@@ -291,38 +333,40 @@ class Worker(Maintenance):
             with contextlib.suppress(Exception):  # the requester or NATS may be gone
                 await msg.respond(data)
 
-    async def answer_recall(self, body: bytes) -> bytes:
-        """One recall request in, one reply (RecallReply or ErrorReply) out; never raises."""
+    async def answer_recall(self, body: bytes, service: RecallService | None = None) -> bytes:
+        """One recall request in, one reply (RecallReply or ErrorReply) out; never raises.
+        ``service``: the recall service that answers (this worker's by default)."""
+        recall = self.recall if service is None else service
         try:
             req = RecallRequest.model_validate_json(body)
         except ValidationError as exc:
-            self.recall.failed += 1
+            recall.failed += 1
             return error_reply(ErrorCode.BAD_REQUEST, f"invalid recall request: {describe(exc)}")
         try:
             refusal = await self.auth.refuse(req.tenant, req.api_key, req.user, req.agent)
         except MemstreamError:
             refusal = "credentials cannot be checked right now"
         if refusal is not None:
-            self.recall.failed += 1
+            recall.failed += 1
             return error_reply(ErrorCode.UNAUTHORIZED, refusal)
         cache = self.deps.cache if req.cache else None
         key = cache.key(req) if cache is not None else ""
         if cache is not None and (cached := await cache.get(key)) is not None:
-            self.recall.served += 1
+            recall.served += 1
             return cached
         try:
-            reply = await self.recall.recall(req)
+            reply = await recall.recall(req)
         except PermanentError as exc:
-            self.recall.failed += 1
+            recall.failed += 1
             return error_reply(ErrorCode.BAD_REQUEST, f"recall was refused: {exc}")
         except MemstreamError:
-            self.recall.failed += 1
+            recall.failed += 1
             return error_reply(ErrorCode.UNAVAILABLE, "recall is unavailable: no store answered")
         except Exception:  # noqa: BLE001 - the recall responder's one catch-all: the agent gets a code, never a traceback
-            self.recall.failed += 1
+            recall.failed += 1
             log.exception("recall.error", tenant=req.tenant)
             return error_reply(ErrorCode.INTERNAL, "recall failed inside the server")
-        self.recall.served += 1
+        recall.served += 1
         if cache is not None and not reply.degraded:
             self._spawn(cache.put(key, reply))
         return reply.model_dump_json().encode()

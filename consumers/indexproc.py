@@ -58,6 +58,9 @@ _METHODS = frozenset(
         "optimize",
     }
 )
+# what the worker asks around an optimize that builds (``Maintenance``): whether it would,
+# and this process's recall responder off and on again, while the worker answers recall
+_RECALL_HANDOVER = frozenset({"optimize_builds", "recall_off", "recall_on"})
 START_TIMEOUT_S = 120.0  # loading the model, connecting, opening the shard
 # after a failed start, calls fail at once for a pause that doubles from 2 s up to 60 s (each
 # start loads the model: a shard that never opens must not keep a core busy)
@@ -114,6 +117,16 @@ async def _read(reader: asyncio.StreamReader) -> tuple[int, bytes]:
 
 
 # -- the child --------------------------------------------------------------------------
+
+
+async def _handover(method: str, worker: Any, vectors: Any) -> bool:
+    if method == "optimize_builds":
+        return bool(vectors.optimize_builds())
+    if method == "recall_off":
+        await worker.recall_off()
+    else:
+        await worker.recall_on()
+    return True
 
 
 def _child(
@@ -175,6 +188,11 @@ async def _child_main(
                 method, args, kwargs = f"<unreadable: {type(exc).__name__}>", (), {}
             if method == "metrics":  # this process's series, for the worker's /metrics
                 answer = ("ok", worker.telemetry.render())
+            elif method in _RECALL_HANDOVER:
+                try:
+                    answer = ("ok", await _handover(method, worker, vectors))
+                except Exception as exc:  # noqa: BLE001 - raised again in the worker
+                    answer = ("error", exc)
             elif method not in _METHODS:
                 answer = ("error", StorageUnavailable(f"index process: no method {method!r}"))
             else:
@@ -383,6 +401,20 @@ class RemoteIndex:
     async def optimize(self) -> bool:
         changed: bool = await self._call("optimize")
         return changed
+
+    async def optimize_builds(self) -> bool:
+        """Whether the shard's ``optimize`` would build now (a pause of the index process
+        that recall should not wait for: ``Maintenance``)."""
+        builds: bool = await self._call("optimize_builds")
+        return builds
+
+    async def pause_recall(self) -> None:
+        """The index process stops answering recall (the requests it has go on)."""
+        await self._call("recall_off")
+
+    async def resume_recall(self) -> None:
+        """The index process answers recall again."""
+        await self._call("recall_on")
 
     async def metrics(self) -> bytes:
         """The index process's Prometheus exposition (its recall responder's series)."""

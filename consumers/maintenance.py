@@ -9,6 +9,7 @@ import contextlib
 import time
 
 from memstream.consumers import deletions, indexing
+from memstream.consumers.indexproc import RemoteIndex
 from memstream.consumers.logs import log
 from memstream.consumers.metrics import WorkerMetrics
 from memstream.consumers.outage import Backoff, is_outage
@@ -76,12 +77,32 @@ class Maintenance(ReadsServices):
         await self.reconcile_once()
         await self.sweep_once()
         started = time.perf_counter()
-        changed = await self.vectors.optimize()
+        changed = await self._optimize()
         spent = time.perf_counter() - started
         self.telemetry.optimize_seconds.observe(spent)
         if changed:
             self._built(spent)
             log.info("vector_index.optimized", seconds=round(spent, 3))
+
+    async def _optimize(self) -> bool:
+        """``optimize``; when the shard is in an index process and the optimize would build,
+        that process stops answering recall and this one answers it meanwhile, from Postgres
+        (``standby_recall``): the process that builds holds its interpreter lock throughout
+        (33 s at 120k points), and recall would wait for all of it."""
+        index = self.vectors
+        if not isinstance(index, RemoteIndex) or not await index.optimize_builds():
+            return await index.optimize()
+        log.info("vector_index.recall_handed_over", reason="the index process optimizes")
+        async with self.standby_recall():
+            await index.pause_recall()
+            try:
+                return await index.optimize()
+            finally:
+                with contextlib.suppress(MemstreamError):  # a new index process answers anyway
+                    await index.resume_recall()
+
+    def standby_recall(self) -> contextlib.AbstractAsyncContextManager[None]:
+        raise NotImplementedError  # Worker's: it holds the NATS connection
 
     def _built(self, seconds: float) -> None:
         self.optimizations += 1

@@ -33,6 +33,7 @@ from memstream.schemas.errors import (
     ErrorInfo,
     ErrorReply,
     MemstreamError,
+    StorageUnavailable,
 )
 from memstream.schemas.memory import Scope
 from memstream.schemas.recall import Context, Hit, Method, RecallReply, RecallRequest
@@ -102,6 +103,19 @@ async def settled(leg: Awaitable[T]) -> T | BaseException:
         return await leg
     except Exception as exc:  # noqa: BLE001 - handed back to the caller, which sorts them
         return exc
+
+
+class IndexBusy:
+    """The reads of a vector index that cannot answer now (the process that holds a Qdrant
+    Edge shard, while its optimize builds): each fails at once, so recall answers from
+    Postgres as during an outage instead of waiting for it (``Worker.standby_recall``)."""
+
+    searches_inline = True  # every leg fails at once: no tasks to make
+
+    async def search(self, *args: Any, **kwargs: Any) -> Any:
+        raise StorageUnavailable("the vector index is optimizing")
+
+    search_sparse = fetch = search
 
 
 class RecallService(ReadsServices):

@@ -115,6 +115,9 @@ _BUILD_SLICE = 16
 # queries per engine batch of ``search_many``: the engine holds the interpreter lock for its
 # whole call (~80 us a query), so a recall waits for one slice (~3 ms), not a whole batch
 _SEARCH_SLICE = 32
+# the engine's own indexing threshold (KB of dense vectors; 9,500 points of 256 dims stay
+# unindexed through an optimize, 10,500 are indexed): what an optimize builds past
+ENGINE_INDEXING_KB = 10_000
 _DIRECT_FETCH_MAX = 64  # ids per fetch run on the loop (cheaper than a thread hop); more go to one
 _SCAN_PAGE = 2000  # points per page when counting term statistics at load
 _CONFIG_FILE = "edge_config.json"
@@ -178,7 +181,9 @@ class EdgeVectorIndex:
         self.segment_kb = segment_kb
         self.on_optimized = on_optimized
         self._due_points = 0  # points written that make an optimize due (0: never by writes)
-        self._unbuilt = 0  # points written since the last optimize began
+        # points not in a graph yet: written since the last optimize that built (at load,
+        # the shard's count of them, which also counts points without a sparse vector)
+        self._unbuilt = 0
         self._optimizing: asyncio.Task[None] | None = None
         self.hnsw_ef = hnsw_ef
         self.search_threads = search_threads
@@ -297,6 +302,7 @@ class EdgeVectorIndex:
         self._shard, self._dim = shard, dim
         if self.segment_kb is not None:  # the indexing threshold, in points of this size
             self._due_points = max(1, self.segment_kb * 1024 // 2 // (4 * dim))
+        self._unbuilt = self.layout()["unindexed_points"]
         existing = set(self._call("info", shard.info).payload_schema)
         wanted: list[tuple[str, Any]] = [("tenant", qe.KeywordIndexParams(is_tenant=True))]
         wanted += [(key, qe.PayloadSchemaType.Keyword) for key in KEYWORD_FIELDS]
@@ -623,6 +629,13 @@ class EdgeVectorIndex:
         if self.on_optimized is not None:
             self.on_optimized(time.perf_counter() - started, error)
 
+    def optimize_builds(self) -> bool:
+        """Whether ``optimize`` would build graphs now: the points not in one have reached the
+        indexing threshold (the engine's, or half of ``segment_kb``). A long pause then, for
+        the process that holds the shard."""
+        threshold = self.segment_kb // 2 if self.segment_kb is not None else ENGINE_INDEXING_KB
+        return self._unbuilt * 4 * self._dim / 1024 >= threshold
+
     @property
     def optimizing(self) -> asyncio.Task[None] | None:
         """The ``optimize`` the writes started, while it runs (None otherwise)."""
@@ -633,9 +646,10 @@ class EdgeVectorIndex:
         """Build HNSW graphs and merge segments (long blocking work, so in a thread). Searches
         work without it (exact scan of the filtered points)."""
         async with self._optimize_lock:
-            self._unbuilt = 0
-            written = self._since_optimize or 0
+            waiting, written = self._unbuilt, self._since_optimize or 0
             done = await self._in_thread("optimize", self.shard.optimize)
+            if done:  # the points that waited are in graphs now
+                self._unbuilt = max(0, self._unbuilt - waiting)
             # what was written while it ran may sit in a new unindexed segment
             self._since_optimize = max(0, (self._since_optimize or 0) - written)
             return done

@@ -912,7 +912,8 @@ async def test_edge_optimize_builds_bounded_segments(tmp_path: Path) -> None:
 async def test_edge_writes_start_an_optimize_once_a_segment_waits(tmp_path: Path) -> None:
     """Qdrant Edge: once half a segment's worth of points is written since the last
     optimize, the writes start one themselves (each pause stays about that long, whatever
-    the maintenance interval) and report its time; fewer points start none."""
+    the maintenance interval) and report its time; fewer points start none.
+    optimize_builds says whether an optimize would build now."""
     told: list[tuple[float, BaseException | None]] = []
     idx = EdgeVectorIndex(
         tmp_path / "shard", segment_kb=4, on_optimized=lambda s, e: told.append((s, e))
@@ -921,11 +922,14 @@ async def test_edge_writes_start_an_optimize_once_a_segment_waits(tmp_path: Path
     rng = random.Random(6)
     await idx.upsert([point([rng.gauss(0, 1) for _ in range(DIM)]) for _ in range(60)])
     assert idx.optimizing is None  # 60 of the 64 points that make one due
+    assert not idx.optimize_builds()
     await idx.upsert([point([rng.gauss(0, 1) for _ in range(DIM)]) for _ in range(10)])
     running = idx.optimizing
     assert running is not None
+    assert idx.optimize_builds()  # what the writes' optimize is about to build
     await running
     assert idx.layout()["unindexed_points"] == 0
+    assert not idx.optimize_builds()
     assert len(told) == 1 and told[0][0] >= 0 and told[0][1] is None
     await idx.close()
 

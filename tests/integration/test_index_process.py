@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import asyncio
 import os
+import random
 import signal
 import time
+import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
@@ -23,8 +25,9 @@ from memstream.consumers.indexproc import IndexProcessGone, RemoteIndex, without
 from memstream.consumers.run import make_vector_index
 from memstream.consumers.services import Services
 from memstream.pipeline.redact import Redactor
-from memstream.schemas.memory import MemoryType
+from memstream.schemas.memory import MemoryType, Scope
 from memstream.schemas.settings import Settings, StageSettings
+from memstream.storage.ports import VectorPoint
 from memstream.storage.postgres import OwnerFilter, PgStore
 
 pytestmark = pytest.mark.integration
@@ -109,6 +112,53 @@ async def test_an_index_process_killed_during_ingest_loses_no_turn(remote: Runni
         assert index.restarts == 1 and index.pid not in (None, first)
         hits = await mem.recall(TOKENS[30], top_k=3)
     assert any(TOKENS[30] in h.text for h in hits.hits)
+
+
+async def test_recall_is_answered_from_postgres_while_the_index_process_optimizes(
+    remote: Running,
+) -> None:
+    """An optimize that builds holds the index process for seconds: the worker asks it to
+    stop answering recall and answers it itself meanwhile, from Postgres (replies say
+    vector_index degraded, and find the memory by its words); after it, the index process
+    answers again, not degraded."""
+    index = remote.worker.vectors
+    assert isinstance(index, RemoteIndex)
+    async with remote.client("acme", user="bo") as mem:
+        for i in range(6):
+            await mem.publish_turn([("user", distinct_note(i))], session="s1", event_id=f"t{i}")
+        await remote.wait_for(remote.drained, 30, "ingestion")
+        # past the engine's indexing threshold (10,000 KB of vectors), in another tenant
+        rng = random.Random(8)
+        dim = remote.worker.embedder.dim
+        bulk = [
+            VectorPoint(
+                id=str(uuid.uuid4()),
+                vector=[rng.gauss(0, 1) for _ in range(dim)],
+                tenant="bulk",
+                user="u",
+                agent=None,
+                session="s",
+                type=MemoryType.EPISODE,
+                scope=Scope.USER,
+                occurred_at=time.time(),
+            )
+            for _ in range(10_240 * 256 // dim + 200)
+        ]
+        for lo in range(0, len(bulk), 512):
+            await index.upsert(bulk[lo : lo + 512])
+        assert await index.optimize_builds()
+        maintained = asyncio.create_task(remote.worker.maintain_once())
+        replies = []
+        while not maintained.done():
+            reply = await mem.recall(TOKENS[3], top_k=3, cache=False)
+            replies.append(reply)
+            assert any(TOKENS[3] in h.text for h in reply.hits)
+        await maintained
+        assert any(r.degraded == ["vector_index"] for r in replies)
+        assert not await index.optimize_builds()
+        after = await mem.recall(TOKENS[3], top_k=3, cache=False)
+    assert after.degraded == [] and any(TOKENS[3] in h.text for h in after.hits)
+    assert remote.worker._recall_sub is None  # the worker's stand-in is gone
 
 
 def test_settings_without_recall_keep_the_other_roles() -> None:
