@@ -272,12 +272,16 @@ class Worker(Maintenance):
         )
 
     async def recall_off(self) -> None:
-        """Stop answering recall (the requests already taken are answered): the worker that
-        owns this index process answers it while the shard optimizes (``standby_recall``)."""
+        """Stop answering recall, once every request already routed here is answered: the
+        worker that owns this index process answers it while the shard optimizes
+        (``standby_recall``), and a request left here would wait for the optimize."""
         sub, self._recall_sub = self._recall_sub, None
         if sub is not None:
-            await sub.unsubscribe()
-            await self._nc.flush()  # the server has taken this process out of the group
+            # drain: the requests the server routed here before it took this process out of
+            # the group are still handed to the callback, none is dropped
+            await sub.drain()
+        if self._tasks:  # the requests' tasks (and their cache writes) finish first
+            await asyncio.wait(set(self._tasks), timeout=self.settings.recall_deadline_s)
 
     async def recall_on(self) -> None:
         """Answer recall again (idempotent)."""
@@ -299,7 +303,7 @@ class Worker(Maintenance):
             yield
         finally:
             with contextlib.suppress(Exception):  # NATS away: the subscription goes with it
-                await sub.unsubscribe()
+                await sub.drain()  # the requests routed here before it left are answered
             self.recall.served += service.served
             self.recall.failed += service.failed
 

@@ -7,6 +7,7 @@ a new process takes over, and the maintenance loop indexes what waited."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import random
 import signal
@@ -123,6 +124,13 @@ async def test_recall_is_answered_from_postgres_while_the_index_process_optimize
     answers again, not degraded."""
     index = remote.worker.vectors
     assert isinstance(index, RemoteIndex)
+    # this test runs the maintenance round itself: the loop's (every second here) would
+    # optimize the shard as soon as the points below are written
+    assert remote.worker._reconciler is not None
+    remote.worker._reconciler.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await remote.worker._reconciler
+    remote.worker._reconciler = None
     async with remote.client("acme", user="bo") as mem:
         for i in range(6):
             await mem.publish_turn([("user", distinct_note(i))], session="s1", event_id=f"t{i}")
