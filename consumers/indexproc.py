@@ -39,7 +39,7 @@ from typing import Any
 from memstream.consumers.helper import _exit_with, retrieved, usable_cpus
 from memstream.consumers.logs import configure, log
 from memstream.consumers.outage import Backoff
-from memstream.schemas.errors import StorageUnavailable
+from memstream.schemas.errors import MemstreamError, StorageUnavailable
 from memstream.schemas.settings import Settings
 from memstream.storage.ports import Record, RecordHit, VectorFilter, VectorPoint
 
@@ -120,12 +120,17 @@ async def _read(reader: asyncio.StreamReader) -> tuple[int, bytes]:
 
 
 async def _handover(method: str, worker: Any, vectors: Any) -> bool:
-    if method == "optimize_builds":
-        return bool(vectors.optimize_builds())
-    if method == "recall_off":
-        await worker.recall_off()
-    else:
-        await worker.recall_on()
+    try:
+        if method == "optimize_builds":
+            return bool(vectors.optimize_builds())
+        if method == "recall_off":
+            await worker.recall_off()
+        else:
+            await worker.recall_on()
+    except MemstreamError:
+        raise
+    except Exception as exc:  # a NATS error: the worker sees an outage, and says which step
+        raise StorageUnavailable(f"index process: {method} failed ({type(exc).__name__})") from exc
     return True
 
 

@@ -88,17 +88,22 @@ class Maintenance(ReadsServices):
         """``optimize``; when the shard is in an index process and the optimize would build,
         that process stops answering recall and this one answers it meanwhile, from Postgres
         (``standby_recall``): the process that builds holds its interpreter lock throughout
-        (33 s at 120k points), and recall would wait for all of it."""
+        (33 s at 120k points), and recall would wait for all of it. Every round first has
+        the index process answer recall (idempotent): one left paused by a hand-over whose
+        last step failed (NATS away) answers again within a round, with no restart."""
         index = self.vectors
-        if not isinstance(index, RemoteIndex) or not await index.optimize_builds():
+        if not isinstance(index, RemoteIndex):
+            return await index.optimize()
+        await index.resume_recall()
+        if not await index.optimize_builds():
             return await index.optimize()
         log.info("vector_index.recall_handed_over", reason="the index process optimizes")
         async with self.standby_recall():
-            await index.pause_recall()
             try:
+                await index.pause_recall()  # a failure may leave it paused: resumed below
                 return await index.optimize()
             finally:
-                with contextlib.suppress(MemstreamError):  # a new index process answers anyway
+                with contextlib.suppress(MemstreamError):  # else the next round resumes it
                     await index.resume_recall()
 
     def standby_recall(self) -> contextlib.AbstractAsyncContextManager[None]:

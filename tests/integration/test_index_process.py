@@ -26,6 +26,7 @@ from memstream.consumers.indexproc import IndexProcessGone, RemoteIndex, without
 from memstream.consumers.run import make_vector_index
 from memstream.consumers.services import Services
 from memstream.pipeline.redact import Redactor
+from memstream.producers.errors import RecallError
 from memstream.schemas.memory import MemoryType, Scope
 from memstream.schemas.settings import Settings, StageSettings
 from memstream.storage.ports import VectorPoint
@@ -167,6 +168,24 @@ async def test_recall_is_answered_from_postgres_while_the_index_process_optimize
         after = await mem.recall(TOKENS[3], top_k=3, cache=False)
     assert after.degraded == [] and any(TOKENS[3] in h.text for h in after.hits)
     assert remote.worker._recall_sub is None  # the worker's stand-in is gone
+
+
+async def test_an_index_process_left_paused_answers_recall_after_the_next_round(
+    remote: Running,
+) -> None:
+    """An index process whose recall was paused and never resumed (a hand-over whose last
+    step failed) answers recall again after the next maintenance round, with no restart."""
+    index = remote.worker.vectors
+    assert isinstance(index, RemoteIndex)
+    async with remote.client("acme", user="bo") as mem:
+        await mem.publish_turn([("user", distinct_note(1))], session="s1", event_id="t1")
+        await remote.wait_for(remote.drained, 30, "ingestion")
+        await index.pause_recall()
+        with pytest.raises(RecallError):  # nobody answers: the worker stands by only around
+            await mem.recall(TOKENS[1], top_k=3, cache=False)  # an optimize
+        await remote.worker.maintain_once()
+        reply = await mem.recall(TOKENS[1], top_k=3, cache=False)
+    assert reply.degraded == [] and any(TOKENS[1] in h.text for h in reply.hits)
 
 
 def test_settings_without_recall_keep_the_other_roles() -> None:
