@@ -177,13 +177,14 @@ class BatchRunner(StageRunner):
         self, good: list[tuple[One, Any]], rest: Callable[[], Awaitable[int]] | None = None
     ) -> int:
         """The batch call, held through an outage as ``StageRunner._attempt`` holds one
-        message, every message's ack deadline renewed."""
+        message, every message's ack deadline renewed, as during a call that runs long."""
         values = [v for _, v in good]
         return await hold(
             rest or (lambda: self.stage.work(self.deps, values)),
             self.deps.settings.stage.outage_hold_s,
             lambda: asyncio.gather(*(msg.in_progress() for msg, _ in good)),
             self._held,
+            self.deps.settings.stage.ack_wait_s / 3,
         )
 
 

@@ -72,16 +72,19 @@ async def hold(
     budget_s: float,
     renew: Callable[[], Awaitable[object]],
     on_hold: Callable[[BaseException, bool], None],
+    renew_s: float | None = None,
 ) -> T:
     """``attempt``, tried again while it fails with an outage and ``budget_s`` lasts: each
     pause (``Backoff``) is reported to ``on_hold`` (the error, and whether it is the first)
     and followed by ``renew`` (the messages' ack deadline). Any other error, or an outage
-    past the budget, is raised."""
+    past the budget, is raised. With ``renew_s``, a try that runs longer than that renews
+    the deadline every ``renew_s`` too: a batch that waits behind a slow call (the vector
+    index building its graphs) is not delivered again while it is still being handled."""
     backoff = Backoff()
     held = 0.0
     while True:
         try:
-            return await attempt()
+            return await _renewing(attempt(), renew, renew_s)
         except Exception as exc:
             if not is_outage(exc) or held >= budget_s:
                 raise
@@ -91,3 +94,24 @@ async def hold(
             held += pause
             with contextlib.suppress(Exception):  # NATS itself may be the one away
                 await renew()
+
+
+async def _renewing(
+    work: Awaitable[T], renew: Callable[[], Awaitable[object]], every_s: float | None
+) -> T:
+    """``work``, with ``renew`` called every ``every_s`` while it runs (never: None)."""
+    if every_s is None:
+        return await work
+    task = asyncio.ensure_future(work)
+    try:
+        while True:
+            done, _ = await asyncio.wait({task}, timeout=every_s)
+            if done:
+                return task.result()
+            with contextlib.suppress(Exception):  # NATS away: back after ack_wait
+                await renew()
+    finally:
+        if not task.done():  # cancelled from outside: the work goes with it
+            task.cancel()
+            with contextlib.suppress(BaseException):
+                await task

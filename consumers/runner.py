@@ -77,12 +77,13 @@ class StageRunner:
 
     async def _attempt(self, msg: Any) -> int:
         """The work, held through an outage (consumers/outage.py): the ack deadline is renewed
-        before each try, so the retries use no delivery."""
+        before each try, so the retries use no delivery, and during a try that runs long."""
         return await hold(
             lambda: self.work(self.deps, msg.body, msg.raw_message.subject),
             self.deps.settings.stage.outage_hold_s,
             msg.in_progress,
             self._held,
+            self.deps.settings.stage.ack_wait_s / 3,
         )
 
     def _held(self, exc: BaseException, first: bool) -> None:

@@ -2,18 +2,28 @@
 before it is held through an outage for longer than ``ack_wait``, its messages have their
 deadline renewed, so JetStream does not deliver them again behind it: both where it waits to
 begin (``_behind``) and where its index write and events wait for the batch before to finish
-(``Overlap.after_before``)."""
+(``Overlap.after_before``). And a batch whose own call runs longer than ``ack_wait`` (its
+index write waiting behind an optimize) renews its deadline while it runs."""
 
 from __future__ import annotations
 
 import asyncio
 import uuid
+from pathlib import Path
+from typing import Any, cast
 
 import nats
 import pytest
 from nats.js.api import AckPolicy, ConsumerConfig
 
-from memstream.consumers.batching import Begun, One, Overlap, PullLoops
+from memstream.consumers.batching import BatchRunner, BatchStage, Begun, One, Overlap, PullLoops
+from memstream.consumers.services import Services
+from memstream.consumers.stages import Deps
+from memstream.pipeline.redact import Redactor
+from memstream.schemas.settings import Settings, StageSettings
+from memstream.schemas.subjects import Subjects
+from memstream.storage.embedding import make_embedder
+from memstream.storage.memory import MemoryStore
 
 pytestmark = pytest.mark.integration
 
@@ -58,6 +68,63 @@ async def test_a_batch_begun_ahead_is_not_redelivered_while_the_one_before_is_he
             await sub.fetch(1, timeout=0.5)
         for m in msgs:
             await m.ack_sync()
+        info = await js.consumer_info(stream, "extract")
+        assert info.num_redelivered == 0
+        assert info.num_ack_pending == 0
+    finally:
+        await js.delete_stream(stream)
+        await nc.close()
+
+
+async def test_a_batch_whose_call_runs_long_is_not_redelivered_meanwhile(
+    nats_url: str, tmp_path: Path
+) -> None:
+    """A ``BatchRunner`` whose batch call takes 3.5 x ``ack_wait`` (no outage, just slow),
+    while another puller of the same consumer asks for messages all along: the batch is
+    handled once and acked, and nothing is delivered again meanwhile. (With no renewal during
+    the call, the other puller gets the three turns.)"""
+    nc = await nats.connect(nats_url)
+    js = nc.jetstream()
+    stream = f"SLOW{uuid.uuid4().hex[:8].upper()}"
+    calls: list[list[str]] = []
+
+    async def work(deps: Deps, values: list[str]) -> int:
+        calls.append(values)
+        await asyncio.sleep(3.5 * ACK_WAIT_S)
+        return len(values)
+
+    async def single(deps: Deps, body: bytes, subject: str) -> int:
+        raise AssertionError("the batch fell to singles")
+
+    settings = Settings(state_dir=tmp_path, stage=StageSettings(ack_wait_s=ACK_WAIT_S))
+    services = Services(
+        settings, MemoryStore(), cast(Any, None), make_embedder(None, None), Redactor(b"k")
+    )
+    deps = Deps(services, Subjects("t"), js)
+    stage = BatchStage[str](lambda deps, body, subject: body.decode(), work, single)
+    try:
+        await js.add_stream(name=stream, subjects=[f"{stream}.turns"])
+        await js.add_consumer(
+            stream,
+            ConsumerConfig(
+                durable_name="extract",
+                ack_policy=AckPolicy.EXPLICIT,
+                ack_wait=ACK_WAIT_S,
+                max_deliver=5,
+            ),
+        )
+        for i in range(3):
+            await js.publish(f"{stream}.turns", f"turn {i}".encode())
+        sub = await js.pull_subscribe_bind(durable="extract", stream=stream)
+        msgs = await sub.fetch(3, timeout=2)
+        other = await js.pull_subscribe_bind(durable="extract", stream=stream)
+        meanwhile = asyncio.ensure_future(other.fetch(3, timeout=3.5 * ACK_WAIT_S))
+        await BatchRunner("extract", deps, stage).batch(msgs)
+        with pytest.raises(TimeoutError):
+            await meanwhile
+        assert calls == [["turn 0", "turn 1", "turn 2"]]
+        with pytest.raises(TimeoutError):
+            await sub.fetch(1, timeout=0.5)
         info = await js.consumer_info(stream, "extract")
         assert info.num_redelivered == 0
         assert info.num_ack_pending == 0
