@@ -4,9 +4,11 @@ each half segment), then ``optimize`` (the maintenance loop's); the longest paus
 loop ticking every millisecond meanwhile, then the dense search's latency
 (records, one owner's filter) and ``search_many``'s, once the shard is optimized. Run once
 per segment size (``segment_kb``, ``MEMSTREAM_INDEX_SEGMENT_KB``), ``0`` for the engine's
-defaults, which merge every segment into one.
+defaults, which merge every segment into one; ``--segments``: the engine's merge target
+(``MEMSTREAM_INDEX_SEGMENTS``; 0, its default of one per CPU).
 
     python benchmarks/optimize_stall.py [--step 6000] [--rounds 8] [--segment-kb 8000 0]
+        [--segments 8]
 """
 
 from __future__ import annotations
@@ -36,7 +38,10 @@ async def _ticks(stop: asyncio.Event, gaps: list[float]) -> None:
 async def one(args: argparse.Namespace, segment_kb: int | None) -> None:
     rng = random.Random(1)
     index = EdgeVectorIndex(
-        Path(tempfile.mkdtemp()) / "c", flush_every_s=1e9, segment_kb=segment_kb
+        Path(tempfile.mkdtemp()) / "c",
+        flush_every_s=1e9,
+        segment_kb=segment_kb,
+        segments=args.segments or None,
     )
     await index.ensure(args.dim)
     stalls = []
@@ -67,6 +72,7 @@ async def one(args: argparse.Namespace, segment_kb: int | None) -> None:
     many = (time.perf_counter() - started) / len(queries)
     await index.close()
     label = "engine default" if segment_kb is None else f"segment_kb {segment_kb}"
+    label += f", segments {args.segments}" if args.segments else ""
     print(f"{label}: {layout['segments']} segments, {layout['points']} points")
     print("  longest pause per round, s: " + " ".join(f"{s:.2f}" for s in stalls))
     print(
@@ -87,4 +93,5 @@ if __name__ == "__main__":
     p.add_argument("--queries", type=int, default=300)
     p.add_argument("--dim", type=int, default=256)
     p.add_argument("--segment-kb", type=int, nargs="+", default=[8000, 0])
+    p.add_argument("--segments", type=int, default=0)
     asyncio.run(main(p.parse_args()))

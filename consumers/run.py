@@ -55,6 +55,7 @@ def make_vector_index(settings: Settings, dim: int = 0) -> VectorIndex:
         idf_scope=settings.idf_scope,
         hnsw_ef=settings.hnsw_ef,
         segment_kb=settings.index_segment_kb,
+        segments=settings.index_segments,
     )
 
 

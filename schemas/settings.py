@@ -95,6 +95,8 @@ class Settings(BaseSettings):
     # index process that grows with it); set, pauses stay short and a search visits every
     # segment, which a large tenant pays (storage/qdrant_edge.py, docs/configuration.md).
     index_segment_kb: int | None = Field(default=None, ge=64)
+    # Qdrant Edge: how many segments the engine's merges keep. None: its default, one per CPU
+    index_segments: int | None = Field(default=None, ge=1)
     # mlockall the worker: keeps the memory-mapped index in RAM on hosts that reclaim page
     # cache (consumers/memlock.py); needs CAP_IPC_LOCK or an unlimited `ulimit -l`.
     lock_memory: bool = False

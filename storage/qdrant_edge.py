@@ -55,7 +55,11 @@ so a run that has anything to build rebuilds the whole shard: the pause grows wi
 start an optimize each time half a segment's worth of points waits: pauses stay at about
 that much building (1.3 s with 8,000 KB, at 48k as at 12k), but a search visits every
 segment, which a large tenant pays (at 100k points of one tenant, 30 segments of 8,000 KB:
-recall p50 17.9 against 2.9 ms). ``benchmarks/optimize_stall.py``, docs/benchmarks.md.
+recall p50 17.9 against 2.9 ms). With ``segments`` (``MEMSTREAM_INDEX_SEGMENTS``, the engine's
+merge target) above its default of one per CPU, an optimize builds the new points' segment
+and merges small ones, leaving the large ones alone: the pause stays at about one indexing
+threshold's worth of building (8: 5-6 s each 12k points, at 96k as at 24k, on a slow day),
+and a search visits a few more segments. ``benchmarks/optimize_stall.py``, docs/benchmarks.md.
 
 Existing shards: ``ensure()`` opens only a shard of this layout (dense vector, ``bm25`` without
 the engine's IDF modifier, owner key fields on every point); any other shard is refused with
@@ -163,6 +167,7 @@ class EdgeVectorIndex:
         search_threads: int = 1,
         quantize: bool = True,
         segment_kb: int | None = None,
+        segments: int | None = None,
         on_optimized: Callable[[float, BaseException | None], None] | None = None,
     ) -> None:
         """``hnsw_ef``: the dense search's candidate list on HNSW-indexed segments (None: the
@@ -175,10 +180,13 @@ class EdgeVectorIndex:
         segment's points get their HNSW graph once it holds half as much, and the writes
         start an optimize then); None: the engine's defaults, which merge every segment
         into one (see the module docstring for what each costs).
+        ``segments``: how many segments the engine's merges keep (None: its default, one
+        per CPU); more keep the large segments from being merged and rebuilt again.
         ``on_optimized``: told the seconds and the error (None) of each ``optimize`` started
         by the writes themselves (logs and metrics are the caller's)."""
         self.path = Path(path)
         self.segment_kb = segment_kb
+        self.segments = segments
         self.on_optimized = on_optimized
         self._due_points = 0  # points written that make an optimize due (0: never by writes)
         # points not in a graph yet: written since the last optimize that built (at load,
@@ -258,9 +266,11 @@ class EdgeVectorIndex:
             tuning["quantization_config"] = qe.ScalarQuantizationConfig(
                 type=qe.ScalarType.Int8, quantile=0.99, always_ram=True
             )
-        if self.segment_kb is not None:
+        if self.segment_kb is not None or self.segments is not None:
             tuning["optimizers"] = qe.EdgeOptimizersConfig(
-                max_segment_size=self.segment_kb, indexing_threshold=self.segment_kb // 2
+                max_segment_size=self.segment_kb,
+                indexing_threshold=None if self.segment_kb is None else self.segment_kb // 2,
+                default_segment_number=self.segments,
             )
         return tuning
 

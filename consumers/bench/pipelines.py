@@ -104,7 +104,7 @@ async def in_processes(extra: int) -> AsyncIterator[Pipeline]:
                 **{
                     k: v
                     for k, v in os.environ.items()
-                    if k.startswith("MEMSTREAM_STAGE__") or k == "MEMSTREAM_INDEX_SEGMENT_KB"
+                    if k.startswith("MEMSTREAM_STAGE__") or k.startswith("MEMSTREAM_INDEX_SEGMENT")
                 },
             }
             workers = [WorkerProcess(env, base / "owner", base / "owner.log")]

@@ -909,6 +909,30 @@ async def test_edge_optimize_builds_bounded_segments(tmp_path: Path) -> None:
     await idx.close()
 
 
+async def test_edge_segments_setting_reaches_the_engine(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Qdrant Edge: ``MEMSTREAM_INDEX_SEGMENTS`` becomes the engine's merge target, in the
+    shard's persisted config, also for a shard created before without it (its load applies
+    the setting); unset, the engine keeps its default."""
+    from memstream.consumers.run import make_vector_index
+    from memstream.schemas.settings import Settings
+
+    def optimizers() -> Any:
+        config = json.loads((tmp_path / "qdrant" / "memories" / "edge_config.json").read_text())
+        return (config.get("optimizers") or {}).get("default_segment_number")
+
+    for wanted, expected in ((None, None), ("6", 6), ("3", 3)):
+        if wanted is None:
+            monkeypatch.delenv("MEMSTREAM_INDEX_SEGMENTS", raising=False)
+        else:
+            monkeypatch.setenv("MEMSTREAM_INDEX_SEGMENTS", wanted)
+        idx = make_vector_index(Settings(state_dir=tmp_path, collection="memories"))
+        await idx.ensure(DIM)
+        assert optimizers() == expected
+        await idx.close()
+
+
 async def test_edge_writes_start_an_optimize_once_a_segment_waits(tmp_path: Path) -> None:
     """Qdrant Edge: once half a segment's worth of points is written since the last
     optimize, the writes start one themselves (each pause stays about that long, whatever
