@@ -28,7 +28,7 @@ from typing import Any, Generic, TypeVar
 from memstream.consumers.logs import log
 from memstream.consumers.outage import Backoff, hold
 from memstream.consumers.runner import StageRunner
-from memstream.consumers.stages import Deps, Work
+from memstream.consumers.stages import Deps, Work, delivered_before
 from memstream.schemas.errors import PermanentError
 
 T = TypeVar("T")
@@ -147,6 +147,7 @@ class BatchRunner(StageRunner):
         started = time.perf_counter()
         m.batches += 1
         m.processed += len(msgs)
+        m.redelivered += sum(delivered_before(msg) for msg in msgs)
         m.enter()
         try:
             if good:

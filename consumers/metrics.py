@@ -96,6 +96,10 @@ class _WorkerCounters(Collector):
             ("dead_lettered", "messages sent to the dead-letter subject"),
             ("outputs", "messages or rows produced"),
             ("held", "tries held in place during an outage (no delivery used)"),
+            (
+                "redelivered",
+                "messages handled again: delivered before (a retry, or an ack deadline passed)",
+            ),
             ("fused", "items handed to the stage in memory by the stage before (no message)"),
         ):
             family = CounterMetricFamily(f"memstream_stage_{field}", text, labels=["stage"])

@@ -18,7 +18,7 @@ from typing import Any
 from memstream.consumers.logs import log
 from memstream.consumers.metrics import category_of
 from memstream.consumers.outage import Backoff, hold, is_outage
-from memstream.consumers.stages import Deps, StageMetrics, Work
+from memstream.consumers.stages import Deps, StageMetrics, Work, delivered_before
 from memstream.schemas.errors import PermanentError, TransientError
 from memstream.schemas.subjects import (
     DLQ_BODY_HEADER,
@@ -42,6 +42,7 @@ class StageRunner:
     async def __call__(self, msg: Any) -> None:  # faststream NatsMessage
         started = time.perf_counter()
         self.metrics.processed += 1
+        self.metrics.redelivered += delivered_before(msg)
         self.metrics.batches += 1
         self.metrics.enter()
         try:

@@ -68,6 +68,9 @@ class StageMetrics:
     busy_s: float = 0.0
     batches: int = 0  # handler calls: processed / batches is the mean batch size
     held: int = 0  # retries in place during an outage (no delivery used)
+    # messages handled that JetStream had delivered before: a retry (nack), or a deadline
+    # that passed while a process held them (died, or was too slow to renew it)
+    redelivered: int = 0
     # handed to the stage in memory by the stage before it in a fused chain (consumers/
     # chains.py): no message, so nothing acked
     fused: int = 0
@@ -394,3 +397,9 @@ STAGE_WORK: dict[str, Work] = {
     "dedupe": dedupe_work,
     "store": store_work,
 }
+
+
+def delivered_before(msg: Any) -> bool:
+    """Whether JetStream delivered this message (a faststream or ``One`` message) before."""
+    meta = msg.raw_message.metadata
+    return bool(meta and (meta.num_delivered or 1) > 1)

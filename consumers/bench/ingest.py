@@ -36,7 +36,13 @@ import nats
 from memstream.consumers.bench.conversations import long_text, sessions, turns
 from memstream.consumers.bench.cpu import process_seconds
 from memstream.consumers.bench.harness import cpu_gauge, percentile, progress
-from memstream.consumers.bench.pipelines import OPTIMIZE, Counts, in_process, in_processes
+from memstream.consumers.bench.pipelines import (
+    OPTIMIZE,
+    REDELIVERED,
+    Counts,
+    in_process,
+    in_processes,
+)
 from memstream.consumers.bench.recaller import RecallClient, RecallLoad
 from memstream.consumers.natsconn import nats_options
 from memstream.producers.client import MemoryClient
@@ -117,6 +123,12 @@ def optimizations(before: Counts, after: Counts) -> dict[str, float]:
     seconds in all."""
     (s0, n0, *_), (s1, n1, *_) = before[OPTIMIZE], after[OPTIMIZE]
     return {"count": n1 - n0, "seconds": round(s1 - s0, 2)}
+
+
+def redelivered(before: Counts, after: Counts) -> int:
+    """Messages the stages handled again between two counts: a turn whose ack deadline
+    passed while it was being handled is delivered again, and announced twice."""
+    return after[REDELIVERED][1] - before[REDELIVERED][1]
 
 
 def stage_report(before: Counts, after: Counts, elapsed: float) -> dict[str, dict[str, float]]:
@@ -280,6 +292,10 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         },
         "lost": missing + paced_missing,
         "duplicate_events": watch.duplicates,
+        "redelivered": {
+            "throughput": redelivered(before, after),
+            "paced": redelivered(paced_before, paced_after),
+        },
         # each pauses the process that holds the index (recall included) for its seconds
         "index_optimizations": {
             "throughput": optimizations(before, after),
@@ -355,6 +371,10 @@ def main(args: argparse.Namespace) -> int:
             "p50 {p50} / p95 {p95} / p99 {p99} ms".format(**rec["server_ms"]),
         ),
         ("lost turns / duplicate events", f"{r['lost']} / {r['duplicate_events']}"),
+        (
+            "messages redelivered: throughput; paced",
+            "{throughput}; {paced}".format(**r["redelivered"]),
+        ),
         (
             "index optimizations: throughput; paced",
             "; ".join(

@@ -36,10 +36,12 @@ from memstream.schemas.settings import Settings
 from memstream.schemas.subjects import STAGES, Subjects
 
 # per stage: wall time with a batch in hand (s), messages, batches, outputs
-# by stage: (busy seconds, messages, batches, outputs); and under OPTIMIZE, the index's
-# optimizations that built something: (their seconds in all, how many, 0, 0)
+# by stage: (busy seconds, messages, batches, outputs); under OPTIMIZE, the index's
+# optimizations that built something: (their seconds in all, how many, 0, 0); under
+# REDELIVERED, the messages every stage handled again: (0, how many, 0, 0)
 Counts = dict[str, tuple[float, int, int, int]]
 OPTIMIZE = "index optimize"
+REDELIVERED = "redelivered"
 
 
 @dataclass
@@ -75,6 +77,8 @@ async def in_process() -> AsyncIterator[Pipeline]:
                 for s in STAGES
             }
             out[OPTIMIZE] = (bench.worker.optimized_s, bench.worker.optimizations, 0, 0)
+            again = sum(m.redelivered for m in metrics.values())
+            out[REDELIVERED] = (0.0, again, 0, 0)
             return out
 
         cpu = Roles()
@@ -169,4 +173,6 @@ async def _summed(nc: Any, subject: str, processes: int) -> Counts:
         0,
         0,
     )
+    again = sum(int(r.get("redelivered", 0)) for a in found for r in a.get("stages", {}).values())
+    out[REDELIVERED] = (0.0, again, 0, 0)
     return out

@@ -43,6 +43,7 @@ async def test_metrics_show_throughput_lag_failures_and_redactions(running) -> N
         assert 'memstream_stage_acked_total{stage="extract"} 1' in body
         # a worker running every stage hands the candidate on to store in memory
         assert 'memstream_stage_fused_total{stage="store"} 1' in body
+        assert 'memstream_stage_redelivered_total{stage="extract"} 0' in body
         assert 'memstream_redactions_total{type="EMAIL"} 1' in body
         assert 'memstream_consumer_pending{stage="extract"} 0' in body
         assert 'memstream_recall_total{result="ok"} 2' in body

@@ -131,3 +131,47 @@ async def test_a_batch_whose_call_runs_long_is_not_redelivered_meanwhile(
     finally:
         await js.delete_stream(stream)
         await nc.close()
+
+
+async def test_a_stage_counts_the_messages_it_handles_again(nats_url: str, tmp_path: Path) -> None:
+    """``StageMetrics.redelivered`` (``memstream_stage_redelivered``, the ingest bench's
+    "messages redelivered"): a batch of one message delivered for the first time counts
+    none; the same kind of batch of a message nacked once, and so delivered again, counts
+    it, and both are handled and acked."""
+    nc = await nats.connect(nats_url)
+    js = nc.jetstream()
+    stream = f"AGAIN{uuid.uuid4().hex[:8].upper()}"
+
+    async def work(deps: Deps, values: list[str]) -> int:
+        return len(values)
+
+    async def single(deps: Deps, body: bytes, subject: str) -> int:
+        raise AssertionError("the batch fell to singles")
+
+    settings = Settings(state_dir=tmp_path)
+    services = Services(
+        settings, MemoryStore(), cast(Any, None), make_embedder(None, None), Redactor(b"k")
+    )
+    deps = Deps(services, Subjects("t"), js)
+    runner = BatchRunner(
+        "extract", deps, BatchStage[str](lambda deps, b, s: b.decode(), work, single)
+    )
+    try:
+        await js.add_stream(name=stream, subjects=[f"{stream}.turns"])
+        await js.add_consumer(
+            stream, ConsumerConfig(durable_name="extract", ack_policy=AckPolicy.EXPLICIT)
+        )
+        sub = await js.pull_subscribe_bind(durable="extract", stream=stream)
+        await js.publish(f"{stream}.turns", b"first")
+        await runner.batch(await sub.fetch(1, timeout=2))
+        assert (runner.metrics.processed, runner.metrics.redelivered) == (1, 0)
+        await js.publish(f"{stream}.turns", b"second")
+        (once,) = await sub.fetch(1, timeout=2)
+        await once.nak()
+        await runner.batch(await sub.fetch(1, timeout=2))
+        assert (runner.metrics.processed, runner.metrics.redelivered) == (2, 1)
+        assert runner.metrics.acked == 2
+        assert (await js.consumer_info(stream, "extract")).num_ack_pending == 0
+    finally:
+        await js.delete_stream(stream)
+        await nc.close()
