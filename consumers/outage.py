@@ -14,12 +14,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import random
+import time
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
 import nats.errors
 import nats.js.errors
 
+from memstream.consumers.logs import log
 from memstream.schemas.errors import StorageUnavailable
 
 T = TypeVar("T")
@@ -77,14 +79,18 @@ async def hold(
     """``attempt``, tried again while it fails with an outage and ``budget_s`` lasts: each
     pause (``Backoff``) is reported to ``on_hold`` (the error, and whether it is the first)
     and followed by ``renew`` (the messages' ack deadline). Any other error, or an outage
-    past the budget, is raised. With ``renew_s``, a try that runs longer than that renews
-    the deadline every ``renew_s`` too: a batch that waits behind a slow call (the vector
-    index building its graphs) is not delivered again while it is still being handled."""
+    past the budget, is raised.
+
+    With ``renew_s``, a try that runs longer than that renews the deadline every ``renew_s``
+    too, for up to ``budget_s``: a batch that waits behind a slow call (the vector index
+    building its graphs) is not delivered again while it is still being handled, and a
+    try that hangs past the budget lets its messages go to another process after
+    ``ack_wait`` (logged: ``stage.slow_try``)."""
     backoff = Backoff()
     held = 0.0
     while True:
         try:
-            return await _renewing(attempt(), renew, renew_s)
+            return await _renewing(attempt(), renew, renew_s, budget_s)
         except Exception as exc:
             if not is_outage(exc) or held >= budget_s:
                 raise
@@ -97,17 +103,25 @@ async def hold(
 
 
 async def _renewing(
-    work: Awaitable[T], renew: Callable[[], Awaitable[object]], every_s: float | None
+    work: Awaitable[T],
+    renew: Callable[[], Awaitable[object]],
+    every_s: float | None,
+    limit_s: float,
 ) -> T:
-    """``work``, with ``renew`` called every ``every_s`` while it runs (never: None)."""
+    """``work``, with ``renew`` called every ``every_s`` while it runs (never: None), until
+    ``limit_s`` has passed."""
     if every_s is None:
         return await work
     task = asyncio.ensure_future(work)
+    started = time.monotonic()
     try:
         while True:
             done, _ = await asyncio.wait({task}, timeout=every_s)
             if done:
                 return task.result()
+            if time.monotonic() - started >= limit_s:
+                log.warning("stage.slow_try", seconds=round(time.monotonic() - started, 1))
+                return await task
             with contextlib.suppress(Exception):  # NATS away: back after ack_wait
                 await renew()
     finally:

@@ -76,13 +76,16 @@ async def test_a_batch_begun_ahead_is_not_redelivered_while_the_one_before_is_he
         await nc.close()
 
 
+@pytest.mark.parametrize("hold_s", [120.0, 1.5 * ACK_WAIT_S], ids=["held", "past-the-budget"])
 async def test_a_batch_whose_call_runs_long_is_not_redelivered_meanwhile(
-    nats_url: str, tmp_path: Path
+    nats_url: str, tmp_path: Path, hold_s: float
 ) -> None:
     """A ``BatchRunner`` whose batch call takes 3.5 x ``ack_wait`` (no outage, just slow),
     while another puller of the same consumer asks for messages all along: the batch is
     handled once and acked, and nothing is delivered again meanwhile. (With no renewal during
-    the call, the other puller gets the three turns.)"""
+    the call, the other puller gets the three turns.) The renewal lasts the hold budget
+    (``outage_hold_s``) at most: past it, a try that still runs (hung) lets its messages go
+    to the other puller."""
     nc = await nats.connect(nats_url)
     js = nc.jetstream()
     stream = f"SLOW{uuid.uuid4().hex[:8].upper()}"
@@ -96,7 +99,8 @@ async def test_a_batch_whose_call_runs_long_is_not_redelivered_meanwhile(
     async def single(deps: Deps, body: bytes, subject: str) -> int:
         raise AssertionError("the batch fell to singles")
 
-    settings = Settings(state_dir=tmp_path, stage=StageSettings(ack_wait_s=ACK_WAIT_S))
+    stage_settings = StageSettings(ack_wait_s=ACK_WAIT_S, outage_hold_s=hold_s)
+    settings = Settings(state_dir=tmp_path, stage=stage_settings)
     services = Services(
         settings, MemoryStore(), cast(Any, None), make_embedder(None, None), Redactor(b"k")
     )
@@ -120,9 +124,15 @@ async def test_a_batch_whose_call_runs_long_is_not_redelivered_meanwhile(
         other = await js.pull_subscribe_bind(durable="extract", stream=stream)
         meanwhile = asyncio.ensure_future(other.fetch(3, timeout=3.5 * ACK_WAIT_S))
         await BatchRunner("extract", deps, stage).batch(msgs)
+        assert calls == [["turn 0", "turn 1", "turn 2"]]
+        if hold_s < 3.5 * ACK_WAIT_S:
+            again = await meanwhile
+            assert sorted(m.data for m in again) == [b"turn 0", b"turn 1", b"turn 2"]
+            for m in again:
+                await m.ack_sync()
+            return
         with pytest.raises(TimeoutError):
             await meanwhile
-        assert calls == [["turn 0", "turn 1", "turn 2"]]
         with pytest.raises(TimeoutError):
             await sub.fetch(1, timeout=0.5)
         info = await js.consumer_info(stream, "extract")
