@@ -19,7 +19,7 @@ def _once(memories: Sequence[MemoryRecord]) -> list[MemoryRecord]:
     return list({str(uuid.UUID(m.id)): m for m in memories}.values())
 
 
-def _positions(
+def positions(
     memories: Sequence[MemoryRecord],
 ) -> tuple[
     list[str],
@@ -44,9 +44,11 @@ def _positions(
 
 
 def _neighbours(columns: str, before: bool) -> str:
-    """FROM clause: the $8 episodes right before (or after) each memory of ``_positions`` in
+    """FROM clause: the $8 episodes right before (or after) each memory of ``positions`` in
     its session and owner, nearest first, as a lateral join on ``q`` (one statement for a
-    whole batch, not one per memory)."""
+    whole batch, not one per memory). The owner is compared as the index
+    ``memories_session_owner_turns_idx`` keys it, so each memory's neighbours are an ordered
+    scan of $8 entries, whatever the length of its session."""
     op, order = ("<", " DESC") if before else (">", "")
     return (
         "unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::timestamptz[], "
@@ -54,12 +56,19 @@ def _neighbours(columns: str, before: bool) -> str:
         "AS q(tenant, session, user_id, agent_id, occurred_at, created_at, id) "
         f"CROSS JOIN LATERAL (SELECT {columns} FROM memories m WHERE m.tenant = q.tenant "
         "AND m.session = q.session AND m.type = 'episode' "
-        "AND m.user_id IS NOT DISTINCT FROM q.user_id "
-        "AND m.agent_id IS NOT DISTINCT FROM q.agent_id "
+        "AND coalesce(m.user_id, '') = coalesce(q.user_id, '') "
+        "AND coalesce(m.agent_id, '') = coalesce(q.agent_id, '') "
         f"AND (m.occurred_at, m.created_at, m.id) {op} (q.occurred_at, q.created_at, q.id) "
         f"AND m.deleted_at IS NULL ORDER BY m.occurred_at{order}, m.created_at{order}, "
         f"m.id{order} LIMIT $8)"
     )
+
+
+# ``session_contexts``' statement: $1-$7 ``positions``, $8 the turns
+CONTEXTS_SQL = (
+    f"SELECT q.id::text AS of, c.content FROM {_neighbours(_PLACE, before=True)} c "
+    "ORDER BY q.id, c.occurred_at, c.created_at, c.id"
+)
 
 
 class PgIndexRows(PgBase):
@@ -75,12 +84,7 @@ class PgIndexRows(PgBase):
         memories = _once(memories)
         if not memories:
             return {}
-        rows = await self._fetch(
-            f"SELECT q.id::text AS of, c.content FROM {_neighbours(_PLACE, before=True)} c "
-            "ORDER BY q.id, c.occurred_at, c.created_at, c.id",
-            *_positions(memories),
-            turns,
-        )
+        rows = await self._fetch(CONTEXTS_SQL, *positions(memories), turns)
         out: dict[str, list[str]] = {}
         for r in rows:
             out.setdefault(r["of"], []).append(r["content"])
@@ -91,8 +95,9 @@ class PgIndexRows(PgBase):
         they are re-indexed when ``m`` arrives late (stages may reorder turns)."""
         rows = await self._fetch(
             f"SELECT {_COLUMNS} FROM memories WHERE tenant = $1 AND session = $2 "
-            "AND type = 'episode' AND user_id IS NOT DISTINCT FROM $3 "
-            "AND agent_id IS NOT DISTINCT FROM $4 AND (occurred_at, created_at, id) > ($5, $6, $7) "
+            "AND type = 'episode' AND coalesce(user_id, '') = coalesce($3, '') "
+            "AND coalesce(agent_id, '') = coalesce($4, '') "
+            "AND (occurred_at, created_at, id) > ($5, $6, $7) "
             "AND deleted_at IS NULL ORDER BY occurred_at, created_at, id LIMIT $8",
             m.tenant,
             m.session,
@@ -116,7 +121,7 @@ class PgIndexRows(PgBase):
         rows = await self._fetch(
             f"SELECT DISTINCT ON (f.id) {cols} FROM {_neighbours('*', before=False)} f "
             "ORDER BY f.id",
-            *_positions(memories),
+            *positions(memories),
             turns,
         )
         return [_record(r) for r in rows]
