@@ -189,13 +189,15 @@ class CommandService:
             shared=True,
         )
 
-    async def _index(self, memory_id: str, c: Candidate) -> None:
-        """Index a new memory now; when the index does not answer, the row stays unindexed
-        in Postgres and the reconciler indexes it (as the store stage does)."""
+    async def _index(self, tenant: str, memory_id: str) -> None:
+        """Build a memory's index point now; when the index does not answer, the row stays
+        unindexed in Postgres and the maintenance loop indexes it as soon as the index is
+        back (as the store stage does)."""
         try:
-            await self.deps.reindex(c.owner.tenant, [memory_id])
+            await self.deps.reindex(tenant, [memory_id])
         except TransientError as exc:
             log.warning("command.vector_deferred", reason=type(exc).__name__)
+            self.deps.index_behind.set()
 
     # --- verbs ------------------------------------------------------------------------------
 
@@ -264,7 +266,7 @@ class CommandService:
         )
         if m is None:
             raise NotFound("no such memory")
-        await self._index(m.id, c)
+        await self._index(r.tenant, m.id)
         await self._emit("updated", r, m.id, f"{m.content_hash}:{m.updated_at.isoformat()}", m.type)
         return Reply(memory=await self.deps.pg.get(flt, m.id))
 
@@ -284,8 +286,9 @@ class CommandService:
         m = await self.deps.pg.set_pinned(owner_filter(r), r.id, pinned)
         if m is None:
             raise NotFound("no such memory")
-        # a pinned memory never expires: the vector index follows
-        await self.deps.reindex(r.tenant, [m.id])
+        # a pinned memory never expires: the vector index follows (the point's flag and
+        # expiry), now or once it is back
+        await self._index(r.tenant, m.id)
         await self._emit(
             "pinned" if pinned else "unpinned",
             r,
@@ -293,7 +296,7 @@ class CommandService:
             self.deps.clock().isoformat(),
             m.type,
         )
-        return Reply(memory=m)
+        return Reply(memory=await self.deps.pg.get(owner_filter(r), m.id) or m)  # indexed or not
 
     async def pin(self, r: IdRequest) -> Reply:
         return await self._pin(r, True)
@@ -391,7 +394,7 @@ class CommandService:
             await delete_points(self.deps.pg, self.deps.vectors, r.tenant, [old.id])
             await self._emit("superseded", r, old.id, mid, MemoryType.FACT, by=mid)
         if current == mid:  # else the value was current already: a retry, nothing changed
-            await self._index(mid, c)
+            await self._index(r.tenant, mid)
             await self._emit("stored", r, mid, c.source_event_id, MemoryType.FACT, fact_key=key)
         return Reply(
             memory=await self.deps.pg.get(flt, current),

@@ -80,7 +80,9 @@ class MemoryStore(RowsMixin):
         if await self.get(flt, memory_id) is None:
             return None
         self._event(flt.tenant, memory_id, "pinned" if pinned else "unpinned", "", {})
-        return self._put(self.rows[memory_id], pinned=pinned, updated_at=self.clock())
+        return self._put(
+            self.rows[memory_id], pinned=pinned, updated_at=self.clock(), indexed=False
+        )
 
     async def update_content(
         self,

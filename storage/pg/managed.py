@@ -18,12 +18,15 @@ class PgManaged(PgBase):
     async def set_pinned(
         self, flt: OwnerFilter, memory_id: str, pinned: bool
     ) -> MemoryRecord | None:
-        """Pin (ranks first, never expires) or unpin; None when not the caller's memory."""
+        """Pin (ranks first, never expires) or unpin; None when not the caller's memory. The
+        index point holds the flag and the expiry it lifts, so ``indexed`` is reset: the point
+        is rebuilt now, or by the reconciler when the index is away."""
         args: list[Any] = [memory_id, pinned]
         where = _where(flt, args, self.clock(), live=False)
         async with self._transaction() as con:
             row = await con.fetchrow(
-                f"UPDATE memories SET pinned = $2, updated_at = now() WHERE id = $1 AND {where} "
+                f"UPDATE memories SET pinned = $2, updated_at = now(), indexed = false "
+                f"WHERE id = $1 AND {where} "
                 f"RETURNING {_COLUMNS}",
                 *args,
             )

@@ -81,14 +81,14 @@ async def test_session_neighbours(store: Store, rows: Rows) -> None:
 
 
 async def test_pin_and_edit_stay_within_the_owner(store: Store, rows: Rows) -> None:
-    """Pin and edit change the owner's memory (edit resets ``indexed``); another owner's
-    call finds nothing."""
+    """Pin and edit change the owner's memory (both reset ``indexed``: the index point holds
+    the flag, the expiry a pin lifts and the text); another owner's call finds nothing."""
     mid = await rows.put(store)
     await store.mark_indexed([mid])
     mine, theirs = OwnerFilter(tenant="t1", user="u1"), OwnerFilter(tenant="t1", user="u2")
     assert await store.set_pinned(theirs, mid, True) is None
     pinned = await store.set_pinned(mine, mid, True)
-    assert pinned is not None and pinned.pinned
+    assert pinned is not None and pinned.pinned and not pinned.indexed
     assert await store.update_content(theirs, mid, "x", "hx", None, {}) is None
     edited = await store.update_content(mine, mid, "new text", "hn", {"k": "v"}, {"EMAIL": 1})
     assert edited is not None and edited.content == "new text" and not edited.indexed

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from datetime import timedelta
 from typing import Any
 
@@ -25,6 +26,44 @@ async def events_of(running, tenant: str, n: int) -> list[dict[str, Any]]:
     out = [json.loads((await sub.next_msg(timeout=5)).data) for _ in range(n)]
     await nc.close()
     return out
+
+
+async def test_a_pin_while_the_index_is_away_reaches_it_once_it_is_back(
+    running, clock, embedder
+) -> None:
+    """Pinning while the vector index does not answer is done in Postgres and replied to;
+    the point (its flag and the expiry a pin lifts) is rebuilt by the maintenance loop
+    within seconds of the index's return, not left stale: recall still finds the pinned
+    session memory past its TTL."""
+    from memstream.consumers.embedded import free_port
+    from memstream.storage.qdrant_server import ServerVectorIndex
+
+    worker = running.worker
+    async with running.client("acme", user="dee") as mem:
+        m = await mem.remember("the spare key is under the blue flowerpot", scope="session")
+        live = worker.services.vectors
+        assert not (await live.fetch("acme", [m.id]))[m.id]["pinned"]
+        worker.services.vectors = ServerVectorIndex(
+            url=f"http://127.0.0.1:{free_port()}",
+            timeout=1,
+            check_compatibility=False,
+            dim=embedder.dim,
+        )
+        try:
+            assert (await mem.pin(m.id)).pinned
+            assert not (await running.pg.get(OwnerFilter(tenant="acme", user="dee"), m.id)).indexed
+        finally:
+            worker.services.vectors = live
+        # the maintenance interval is 30 s: the deferral wakes the loop, which retries the
+        # round every 1-5 s while the index is away
+        for _ in range(100):
+            if (await live.fetch("acme", [m.id]))[m.id]["pinned"]:
+                break
+            await asyncio.sleep(0.2)
+        assert (await live.fetch("acme", [m.id]))[m.id]["pinned"]
+        clock.advance(days=2)  # past the 24 h session TTL, which the pin lifted
+        hits = (await mem.recall("where is the spare key?", cache=False)).hits
+        assert [h.id for h in hits][:1] == [m.id]
 
 
 async def test_remember_get_list_and_event_rows(running) -> None:
