@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -199,6 +199,14 @@ class CommandService:
             log.warning("command.vector_deferred", reason=type(exc).__name__)
             self.deps.index_behind.set()
 
+    async def _delete_points(self, tenant: str, ids: Sequence[str]) -> None:
+        """Delete retired memories' points now. When the index does not answer, the queue
+        keeps them (recall answers from Postgres meanwhile, where they are gone) and the
+        maintenance loop, woken here, deletes them within seconds of the index's return, not
+        at its next interval: a point left there keeps a forgotten text recallable."""
+        if not await delete_points(self.deps.pg, self.deps.vectors, tenant, ids):
+            self.deps.index_behind.set()
+
     # --- verbs ------------------------------------------------------------------------------
 
     async def remember(self, r: RememberRequest) -> Reply:
@@ -308,14 +316,14 @@ class CommandService:
         """Tombstone one memory: gone from recall and from the vector index at once."""
         if not await self.deps.pg.tombstone(owner_filter(r), r.id):
             raise NotFound("no such memory")
-        await delete_points(self.deps.pg, self.deps.vectors, r.tenant, [r.id])
+        await self._delete_points(r.tenant, [r.id])
         await self._emit("forgotten", r, r.id, "tombstone")
         return Reply(counts={"memories": 1})
 
     async def forget_owner(self, r: ForgetOwnerRequest) -> Reply:
         """Erasure: the owner's (or one session's) memories, vectors and raw turns."""
         ids = await self.deps.pg.erase(owner_filter(r, r.session))
-        await delete_points(self.deps.pg, self.deps.vectors, r.tenant, ids)
+        await self._delete_points(r.tenant, ids)
         turns = await self._purge_turns(r)
         dead = await self._purge_dead_letters(r)
         await self._emit(
@@ -391,7 +399,7 @@ class CommandService:
             mid, dedupe.key(c).content_hash, c, key, valid_from
         )
         if old is not None:
-            await delete_points(self.deps.pg, self.deps.vectors, r.tenant, [old.id])
+            await self._delete_points(r.tenant, [old.id])
             await self._emit("superseded", r, old.id, mid, MemoryType.FACT, by=mid)
         if current == mid:  # else the value was current already: a retry, nothing changed
             await self._index(r.tenant, mid)
