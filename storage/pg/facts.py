@@ -12,17 +12,37 @@ from memstream.storage.pg.base import PgBase
 from memstream.storage.pg.sql import _COLUMNS, OwnerFilter, _queue_vector_deletes, _record, _where
 
 
+def _fact_where(flt: OwnerFilter, args: list[Any], now: datetime, live: bool = True) -> str:
+    """``_where`` for the versions of a fact key (``$1``), with an exact owner also compared
+    the way ``memories_fact_idx`` is keyed (``coalesce(user_id, '')``, ``coalesce(agent_id,
+    '')``: an Ident is never empty): ``user_id = $n AND agent_id IS NULL`` alone lets the
+    planner read every fact entry of the tenant, or every memory of the owner, to find one
+    key's versions (``tests/integration/test_fact_lookup.py``)."""
+    where = _where(flt, args, now, live)
+    if flt.peer or flt.shared or (flt.user is None and flt.agent is None):
+        return where
+    args += [flt.user or "", flt.agent or ""]
+    n = len(args)
+    return f"{where} AND coalesce(user_id, '') = ${n - 1} AND coalesce(agent_id, '') = ${n}"
+
+
+def current_fact_sql(flt: OwnerFilter, key: str, now: datetime) -> tuple[str, list[Any]]:
+    """The statement of ``current_fact`` and its arguments."""
+    args: list[Any] = [key]
+    where = _fact_where(flt, args, now)
+    return (
+        f"SELECT {_COLUMNS} FROM memories WHERE fact_key = $1 AND {where} "
+        "ORDER BY valid_from DESC NULLS LAST LIMIT 1",
+        args,
+    )
+
+
 class PgFacts(PgBase):
     """Versioned facts of an owner."""
 
     async def current_fact(self, flt: OwnerFilter, key: str) -> MemoryRecord | None:
-        args: list[Any] = [key]
-        where = _where(flt, args, self.clock())
-        rows = await self._fetch(
-            f"SELECT {_COLUMNS} FROM memories WHERE fact_key = $1 AND {where} "
-            "ORDER BY valid_from DESC NULLS LAST LIMIT 1",
-            *args,
-        )
+        sql, args = current_fact_sql(flt, key, self.clock())
+        rows = await self._fetch(sql, *args)
         return _record(rows[0]) if rows else None
 
     async def put_fact(
@@ -36,7 +56,7 @@ class PgFacts(PgBase):
         owner = OwnerFilter(tenant=c.owner.tenant, user=c.owner.user, agent=c.owner.agent)
         async with self._transaction() as con:
             args: list[Any] = [key, memory_id]
-            where = _where(owner, args, self.clock(), live=False)
+            where = _fact_where(owner, args, self.clock(), live=False)
             old = await con.fetchrow(
                 f"SELECT {_COLUMNS} FROM memories WHERE fact_key = $1 AND id <> $2 AND "
                 f"superseded_by IS NULL AND valid_to IS NULL AND {where} FOR UPDATE",
@@ -99,7 +119,7 @@ class PgFacts(PgBase):
     async def fact_history(self, flt: OwnerFilter, key: str) -> list[MemoryRecord]:
         """Every version of a fact, oldest first."""
         args: list[Any] = [key]
-        where = _where(flt, args, self.clock(), live=False)
+        where = _fact_where(flt, args, self.clock(), live=False)
         rows = await self._fetch(
             f"SELECT {_COLUMNS} FROM memories WHERE fact_key = $1 AND {where} "
             "ORDER BY valid_from NULLS FIRST, created_at",
