@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
@@ -322,9 +323,11 @@ async def store_begun(
     keyed = [dedupe.key(c) for c in ready]
     rows = [*merges.exact, *((k.memory_id, k.content_hash, k.candidate) for k in keyed)]
     # one transaction, one commit, for the folds and the rows
+    started = time.perf_counter()
     written, near_ok, mates_ok = await deps.pg.write_batch(
         rows, [_fold(c, t) for c, t in merges.near], [_fold(c, t) for c, t in merges.mates]
     )
+    deps.stepped("write", started)
     inserted = written[len(merges.exact) :]
     near = [m for m, ok in zip(merges.near, near_ok, strict=True) if ok]
     mates = [m for m, ok in zip(merges.mates, mates_ok, strict=True) if ok]
@@ -362,18 +365,24 @@ async def store_begun(
     ]
 
     async def tail(before: Callable[[], Awaitable[None]]) -> None:
+        started = time.perf_counter()
         try:
             upserted, rows = await _reindex(deps, keys, new_ids, known)
         finally:  # in the index now, or left to the maintenance loop (the index away)
             for u in waiting:
                 deps.unindexed.pop(u.memory_id, None)
+        deps.stepped("index", started)
         created = [
             new or created_by(rows.get(k.memory_id), k.candidate)
             for k, new in zip(keyed, inserted, strict=True)
         ]
         at = deps.clock()
+        started = time.perf_counter()
         await before()
+        deps.stepped("order", started)
+        started = time.perf_counter()
         await _announced(deps, upserted, _events(events_of, mates, keyed, created, at))
+        deps.stepped("announce", started)
 
     return len(keyed) + kept_alone, tail
 

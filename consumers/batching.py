@@ -246,7 +246,9 @@ class PullLoops:
                 log.exception("stage.batch_error", stage=stage)
                 continue
             if finishing is not None and overlap is not None:
+                behind = time.perf_counter()
                 await self._behind(finishing, overlap.head_done, begun, renew_s)
+                runner.deps.stepped("behind", behind)
             if ahead:
                 overlap = Overlap(asyncio.Event(), finishing, begun.msgs, renew_s)
                 finishing = asyncio.create_task(self._finish(stage, runner, begun, overlap))

@@ -154,8 +154,12 @@ def _helped(chain: Sequence[str]) -> Begin[TurnEvent]:
         ahead.add_done_callback(retrieved)
 
         async def rest() -> int:
+            started = time.perf_counter()
             on = await memory_on(deps, events)
+            deps.stepped("memory_off", started)
+            started = time.perf_counter()
             prepared = await ahead
+            deps.stepped("helper", started)
             cands = [
                 c for keep, cs in zip(on, prepared.candidates, strict=True) if keep for c in cs
             ]

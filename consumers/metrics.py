@@ -167,6 +167,14 @@ class WorkerMetrics:
             buckets=STAGE_SECONDS,
             registry=r,
         )
+        self.batch_steps = Histogram(
+            "memstream_batch_step_seconds",
+            "time a stored batch spent in one step of the fused chain (a wait, or a part of "
+            "store that the stage's time does not tell apart)",
+            ["step"],
+            buckets=STAGE_SECONDS,
+            registry=r,
+        )
         self.batch_size = Histogram(
             "memstream_stage_batch_size",
             "messages handled per stage call",
@@ -238,6 +246,10 @@ class WorkerMetrics:
         """One stage call finished (``messages``: how many it handled)."""
         self.stage_seconds.labels(stage).observe(seconds)
         self.batch_size.labels(stage).observe(messages)
+
+    def batch_step(self, step: str, seconds: float) -> None:
+        """A stored batch spent ``seconds`` in ``step`` (``stages.STEPS``)."""
+        self.batch_steps.labels(step).observe(seconds)
 
     def dead_lettered(self, stage: str, category: str) -> None:
         if category not in DEAD_LETTER_CATEGORIES:

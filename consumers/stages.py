@@ -91,6 +91,20 @@ class StageMetrics:
             self.active_s += time.perf_counter() - self._active_since
 
 
+# Steps of a stored batch that no stage's busy time tells apart (the fused chain's waits, and
+# store's parts): what ``memstream bench ingest`` reports for each batch, and
+# ``memstream_batch_step_seconds``. Each name, with what it times.
+STEPS = {
+    "behind": "waiting for the batch before to write its rows",
+    "memory_off": "memory-off lookup",
+    "helper": "waiting for the helper's candidates",
+    "write": "the rows written (one transaction)",
+    "index": "index points read, built and written",
+    "order": "waiting for the batch before to finish",
+    "announce": "events and indexed marks",
+}
+
+
 @dataclass
 class Deps(ReadsServices):
     services: Services
@@ -106,6 +120,17 @@ class Deps(ReadsServices):
     # next batch's dedupe checks them beside its index search, which cannot find them yet
     unindexed: dict[str, Unindexed] = field(default_factory=dict)
     telemetry: WorkerMetrics | None = None  # Prometheus histograms (consumers/metrics.py)
+    # seconds in all and batches, by step (``STEPS``), for ``ops.stats``
+    steps: dict[str, list[float]] = field(default_factory=dict)
+
+    def stepped(self, step: str, started: float) -> None:
+        """A batch spent the time since ``started`` (``time.perf_counter``) in ``step``."""
+        seconds = time.perf_counter() - started
+        total = self.steps.setdefault(step, [0.0, 0])
+        total[0] += seconds
+        total[1] += 1
+        if self.telemetry is not None:
+            self.telemetry.batch_step(step, seconds)
 
     @property
     def pg(self) -> StageStore:

@@ -39,12 +39,14 @@ from memstream.consumers.bench.harness import cpu_gauge, percentile, progress
 from memstream.consumers.bench.pipelines import (
     OPTIMIZE,
     REDELIVERED,
+    STEP,
     Counts,
     in_process,
     in_processes,
 )
 from memstream.consumers.bench.recaller import RecallClient, RecallLoad
 from memstream.consumers.natsconn import nats_options
+from memstream.consumers.stages import STEPS
 from memstream.producers.client import MemoryClient
 from memstream.schemas.subjects import STAGES, Subjects
 
@@ -129,6 +131,17 @@ def redelivered(before: Counts, after: Counts) -> int:
     """Messages the stages handled again between two counts: a turn whose ack deadline
     passed while it was being handled is delivered again, and announced twice."""
     return after[REDELIVERED][1] - before[REDELIVERED][1]
+
+
+def step_report(before: Counts, after: Counts) -> dict[str, dict[str, float]]:
+    """Each batch step (``stages.STEPS``) between two counts: batches, and mean ms a batch."""
+    out = {}
+    for step in STEPS:
+        s0, n0, *_ = before.get(STEP + step, (0.0, 0, 0, 0))
+        s1, n1, *_ = after.get(STEP + step, (0.0, 0, 0, 0))
+        n = n1 - n0
+        out[step] = {"batches": n, "mean_ms": round(1000 * (s1 - s0) / n, 2) if n else 0.0}
+    return out
 
 
 def stage_report(before: Counts, after: Counts, elapsed: float) -> dict[str, dict[str, float]]:
@@ -272,6 +285,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             "cores": cpu_cores,
         },
         "stages": stage_report(before, after, elapsed),
+        "steps": step_report(before, after),
         "processes": pipe.processes,
         "candidates_per_turn": round((after["extract"][3] - before["extract"][3]) / args.turns, 2),
         "paced": {
@@ -281,6 +295,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             "latency_ms": pcts(latencies, (50, 95, 99)),
             "missing": paced_missing,
             "stages": paced_stages,
+            "steps": step_report(paced_before, paced_after),
             "cores": paced_cores,
         },
         "recall_during_ingest": {
@@ -396,6 +411,11 @@ def main(args: argparse.Namespace) -> int:
                 f"{s:<10} {st['busy_s']:>8.2f} {st['busy_share']:>7.2f} {st['messages']:>7} "
                 f"{st['batches']:>8} {st['mean_batch']:>6.1f} {st['ms_per_message']:>8.3f}"
             )
+    # where a stored batch's time goes, beyond the stages' busy time (dedupe is its own)
+    print(f"\n{'batch step, mean ms a batch':<46} {'throughput':>10} {'paced':>8}")
+    for step, what in STEPS.items():
+        during = (r["steps"][step]["mean_ms"], paced["steps"][step]["mean_ms"])
+        print(f"{what:<46} {during[0]:>10.2f} {during[1]:>8.2f}")
     # busy is wall time with a batch in hand: the cores show what of it was work
     print(f"\n{'cores used':<28} {'throughput':>10} {'paced':>8}")
     for role in {**t["cores"], **paced["cores"]}:  # the recall client runs in the paced run only

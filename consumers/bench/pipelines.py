@@ -42,6 +42,7 @@ from memstream.schemas.subjects import STAGES, Subjects
 Counts = dict[str, tuple[float, int, int, int]]
 OPTIMIZE = "index optimize"
 REDELIVERED = "redelivered"
+STEP = "step:"  # the key of a batch step's (seconds, batches): ``STEP + name``
 
 
 @dataclass
@@ -77,6 +78,8 @@ async def in_process() -> AsyncIterator[Pipeline]:
                 for s in STAGES
             }
             out[OPTIMIZE] = (bench.worker.optimized_s, bench.worker.optimizations, 0, 0)
+            for step, (seconds, count) in bench.worker.deps.steps.items():
+                out[STEP + step] = (seconds, int(count), 0, 0)
             again = sum(m.redelivered for m in metrics.values())
             out[REDELIVERED] = (0.0, again, 0, 0)
             return out
@@ -175,4 +178,8 @@ async def _summed(nc: Any, subject: str, processes: int) -> Counts:
     )
     again = sum(int(r.get("redelivered", 0)) for a in found for r in a.get("stages", {}).values())
     out[REDELIVERED] = (0.0, again, 0, 0)
+    for a in found:
+        for step, t in (a.get("steps") or {}).items():
+            seconds, count, *_ = out.get(STEP + step, (0.0, 0, 0, 0))
+            out[STEP + step] = (seconds + float(t["seconds"]), count + int(t["count"]), 0, 0)
     return out
