@@ -3,10 +3,10 @@ through ``memories_fact_idx``, whatever the rest of the tenant holds."""
 
 from __future__ import annotations
 
-import json
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from pgplans import buffers
 
 from memstream.pipeline import dedupe
 from memstream.schemas.memory import Candidate, MemoryType, Owner
@@ -31,11 +31,6 @@ def _fact(tenant: str, user: str, key: str, i: int) -> Candidate:
         metadata={"fact_key": key},
         redacted=True,
     )
-
-
-def _blocks(plan: dict[str, int]) -> int:
-    """Shared buffers the statement touched (hit or read), from EXPLAIN's JSON top node."""
-    return plan["Shared Hit Blocks"] + plan["Shared Read Blocks"]
 
 
 def _episode(tenant: str, user: str, i: int) -> Candidate:
@@ -75,8 +70,7 @@ async def test_a_fact_lookup_reads_the_key_of_its_owner(
             found = await pg.current_fact(flt, "k2")
             assert found is not None and found.content == "u3 k2 is value 3", found
             sql, args = current_fact_sql(flt, "k2", datetime.now(UTC))
-            plan = await con.fetchval(f"EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) {sql}", *args)
-            cost[tenant] = _blocks(json.loads(plan)[0]["Plan"])
+            cost[tenant] = await buffers(con, sql, *args)
     finally:
         await con.close()
     assert cost["large"] <= 1.5 * cost["small"] + 2, cost

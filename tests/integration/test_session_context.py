@@ -3,11 +3,11 @@ read for a whole batch in one statement, against a real PostgreSQL."""
 
 from __future__ import annotations
 
-import json
 import uuid
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from pgplans import buffers
 
 from memstream.pipeline import dedupe
 from memstream.schemas.memory import Candidate, MemoryRecord, MemoryType, Owner
@@ -83,11 +83,6 @@ async def test_session_contexts_of_a_batch_follow_the_definition(pg: PgStore) ->
     assert await pg.session_contexts([]) == {}
 
 
-def _blocks(plan: dict[str, int]) -> int:
-    """Shared buffers the statement touched (hit or read), from EXPLAIN's JSON top node."""
-    return plan["Shared Hit Blocks"] + plan["Shared Read Blocks"]
-
-
 async def test_a_context_read_costs_the_same_in_a_long_session(
     pg: PgStore, database_url: str, namespace: str
 ) -> None:
@@ -126,10 +121,7 @@ async def test_a_context_read_costs_the_same_in_a_long_session(
         cost = {}
         for name, latest in (("short", short), ("long", long)):
             assert len(await pg.session_contexts(latest)) == 20
-            plan = await con.fetchval(
-                f"EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) {CONTEXTS_SQL}", *positions(latest), 2
-            )
-            cost[name] = _blocks(json.loads(plan)[0]["Plan"]) / len(latest)
+            cost[name] = await buffers(con, CONTEXTS_SQL, *positions(latest), 2) / len(latest)
     finally:
         await con.close()
     assert cost["long"] <= 1.5 * cost["short"] + 2, cost
