@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from workers import (
     REFUSED,
+    acks_settled,
     drain_with_new_loops,
     one_refused_memory_dead_lettered,
     one_turn_batch,
@@ -92,7 +93,7 @@ async def test_poison_message_is_isolated_from_its_batch(running) -> None:
     assert await running.pg.count("acme") == 4
     m = runner.metrics
     assert (m.batches, m.processed, m.acked, m.dead_lettered, m.retried) == (1, 5, 4, 1, 0)
-    info = await js.consumer_info(stream, durable)
+    info = await acks_settled(js, stream, durable)
     assert info.num_ack_pending == 0 and info.num_pending == 0
 
 

@@ -15,6 +15,7 @@ from typing import Any, cast
 import nats
 import pytest
 from nats.js.api import AckPolicy, ConsumerConfig
+from workers import acks_settled
 
 from memstream.consumers.batching import BatchRunner, BatchStage, Begun, One, Overlap, PullLoops
 from memstream.consumers.services import Services
@@ -181,7 +182,7 @@ async def test_a_stage_counts_the_messages_it_handles_again(nats_url: str, tmp_p
         await runner.batch(await sub.fetch(1, timeout=2))
         assert (runner.metrics.processed, runner.metrics.redelivered) == (2, 1)
         assert runner.metrics.acked == 2
-        assert (await js.consumer_info(stream, "extract")).num_ack_pending == 0
+        assert (await acks_settled(js, stream, "extract")).num_ack_pending == 0
     finally:
         await js.delete_stream(stream)
         await nc.close()

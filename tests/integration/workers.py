@@ -56,6 +56,18 @@ async def one_turn_batch(running: Any, texts: list[str], prefix: str) -> list[An
     return msgs
 
 
+async def acks_settled(js: Any, stream: str, durable: str, within_s: float = 5.0) -> Any:
+    """The consumer's info once no message awaits its ack, or as it stands after ``within_s``.
+    A stage's ``ack()`` is a plain publish, and the server applies it after answering
+    requests sent behind it, so an info read at once can still count it pending."""
+    deadline = time.monotonic() + within_s
+    while True:
+        info = await js.consumer_info(stream, durable)
+        if info.num_ack_pending == 0 or time.monotonic() > deadline:
+            return info
+        await asyncio.sleep(0.05)
+
+
 async def refuse_inserts(pg: PgStore) -> None:
     """A trigger in the test's schema that raises SQLSTATE 22023 for a memory containing
     ``REFUSED`` (test setup through the pool: no API would add one)."""
