@@ -127,7 +127,17 @@ class PgIndexRows(PgBase):
         return [_record(r) for r in rows]
 
     async def mark_indexed(self, ids: Sequence[str]) -> None:
-        """The points of ``ids`` are in the vector index (idempotent)."""
+        """The points of ``ids`` are in the vector index (idempotent).
+
+        A row another transaction holds is left unmarked rather than waited for. The store
+        stage marks a batch while the next batch's transaction upserts and folds into the
+        same memories, and the two took their row locks in different orders: a deadlock
+        (1-2 in 25 s of ingest bench here), and PostgreSQL breaks one only after
+        ``deadlock_timeout`` (1 s), stalling both batches. A row skipped is one that
+        transaction re-indexes and marks itself (a new source resets ``indexed``), or, if it
+        rolls back, that the maintenance loop indexes again (idempotent)."""
         await self._fetch(
-            "UPDATE memories SET indexed = true WHERE id = ANY($1::uuid[])", list(ids)
+            "UPDATE memories SET indexed = true WHERE id IN (SELECT id FROM memories "
+            "WHERE id = ANY($1::uuid[]) FOR NO KEY UPDATE SKIP LOCKED)",
+            list(ids),
         )

@@ -1,0 +1,64 @@
+"""The ``indexed`` marks against a real PostgreSQL: a mark never waits for a row another
+transaction holds, so it cannot be half of a deadlock with the next batch's writes."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from datetime import UTC, datetime
+
+import asyncpg
+import pytest
+
+from memstream.pipeline import dedupe
+from memstream.schemas.memory import Candidate, Owner
+from memstream.storage.postgres import PgStore
+
+pytestmark = pytest.mark.integration
+
+
+def _turn(i: int) -> Candidate:
+    return Candidate(
+        candidate_id=f"c{i}",
+        owner=Owner(tenant="acme", user="bo"),
+        session="s1",
+        content=f"turn {i}: the deploy moved to Friday",
+        source_event_id=f"e{i}",
+        occurred_at=datetime(2026, 1, 1, tzinfo=UTC),
+        redacted=True,
+    )
+
+
+async def _marked(con: asyncpg.Connection, ids: Sequence[str]) -> dict[str, bool]:
+    rows = await con.fetch(
+        "SELECT id::text AS id, indexed FROM memories WHERE id = ANY($1::uuid[])", list(ids)
+    )
+    return {r["id"]: r["indexed"] for r in rows}
+
+
+async def test_a_mark_skips_a_row_another_transaction_holds(
+    pg: PgStore, database_url: str, namespace: str
+) -> None:
+    """Three memories written; another transaction holds the second (as the next store
+    batch's transaction holds a memory it folds a source into). Marking all three returns
+    at once, marks the other two, and leaves the held one unindexed, where the maintenance
+    loop finds it; once that transaction has ended, the mark takes it too. A mark that
+    waited would time out here: it waited for the transaction, and when that transaction
+    next wanted a row the mark held, PostgreSQL broke the deadlock only after a second."""
+    keys = [dedupe.key(_turn(i)) for i in range(3)]
+    await pg.upsert_many([(k.memory_id, k.content_hash, k.candidate) for k in keys])
+    ids = [k.memory_id for k in keys]
+    con = await asyncpg.connect(database_url, server_settings={"search_path": namespace})
+    try:
+        holder = con.transaction()
+        await holder.start()
+        await con.execute("UPDATE memories SET updated_at = now() WHERE id = $1", ids[1])
+        await asyncio.wait_for(pg.mark_indexed(ids), timeout=5)
+        await holder.rollback()
+        assert await _marked(con, ids) == {ids[0]: True, ids[1]: False, ids[2]: True}
+        assert [m.id for m in await pg.unindexed()] == [ids[1]]
+        await asyncio.wait_for(pg.mark_indexed(ids), timeout=5)
+        assert await _marked(con, ids) == dict.fromkeys(ids, True)
+        assert await pg.unindexed() == []
+    finally:
+        await con.close()
