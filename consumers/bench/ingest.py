@@ -37,6 +37,7 @@ from memstream.consumers.bench.conversations import long_text, sessions, turns
 from memstream.consumers.bench.cpu import process_seconds
 from memstream.consumers.bench.harness import cpu_gauge, percentile, progress
 from memstream.consumers.bench.pipelines import (
+    DEADLOCKS,
     OPTIMIZE,
     REDELIVERED,
     STEP,
@@ -131,6 +132,11 @@ def redelivered(before: Counts, after: Counts) -> int:
     """Messages the stages handled again between two counts: a turn whose ack deadline
     passed while it was being handled is delivered again, and announced twice."""
     return after[REDELIVERED][1] - before[REDELIVERED][1]
+
+
+def deadlocks(before: Counts, after: Counts) -> int:
+    """Deadlocks PostgreSQL broke between two counts (``pipelines.DEADLOCKS``)."""
+    return after[DEADLOCKS][1] - before[DEADLOCKS][1]
 
 
 def step_report(before: Counts, after: Counts) -> dict[str, dict[str, float]]:
@@ -311,6 +317,10 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             "throughput": redelivered(before, after),
             "paced": redelivered(paced_before, paced_after),
         },
+        "postgres_deadlocks": {
+            "throughput": deadlocks(before, after),
+            "paced": deadlocks(paced_before, paced_after),
+        },
         # each pauses the process that holds the index (recall included) for its seconds
         "index_optimizations": {
             "throughput": optimizations(before, after),
@@ -389,6 +399,10 @@ def main(args: argparse.Namespace) -> int:
         (
             "messages redelivered: throughput; paced",
             "{throughput}; {paced}".format(**r["redelivered"]),
+        ),
+        (
+            "Postgres deadlocks: throughput; paced",
+            "{throughput}; {paced}".format(**r["postgres_deadlocks"]),
         ),
         (
             "index optimizations: throughput; paced",

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import asyncpg
 import nats
 
 from memstream.consumers.bench import fleet
@@ -43,6 +44,21 @@ Counts = dict[str, tuple[float, int, int, int]]
 OPTIMIZE = "index optimize"
 REDELIVERED = "redelivered"
 STEP = "step:"  # the key of a batch step's (seconds, batches): ``STEP + name``
+DEADLOCKS = "postgres deadlocks"  # (0, deadlocks PostgreSQL broke in the database so far, 0, 0)
+
+
+async def _deadlocks(dsn: str) -> tuple[float, int, int, int]:
+    """The deadlocks PostgreSQL has broken in the database of ``dsn``. Each one stalls the
+    statements in it for ``deadlock_timeout`` (1 s) before one of them is cancelled and
+    retried, so a run that has any shows it in its tail."""
+    con = await asyncpg.connect(dsn)
+    try:
+        n = await con.fetchval(
+            "SELECT deadlocks FROM pg_stat_database WHERE datname = current_database()"
+        )
+    finally:
+        await con.close()
+    return (0.0, int(n or 0), 0, 0)
 
 
 @dataclass
@@ -82,6 +98,7 @@ async def in_process() -> AsyncIterator[Pipeline]:
                 out[STEP + step] = (seconds, int(count), 0, 0)
             again = sum(m.redelivered for m in metrics.values())
             out[REDELIVERED] = (0.0, again, 0, 0)
+            out[DEADLOCKS] = await _deadlocks(bench.stack.database_url)
             return out
 
         cpu = Roles()
@@ -126,7 +143,9 @@ async def in_processes(extra: int) -> AsyncIterator[Pipeline]:
                     settings,
                     nats_server.url,
                     len(workers),
-                    lambda: _summed(nc, Subjects(namespace).ops("stats"), len(workers)),
+                    lambda: _summed(
+                        nc, Subjects(namespace).ops("stats"), len(workers), pg_server.dsn
+                    ),
                     lambda: drained(nc.jetstream(), settings),
                     _roles(workers, nats_server, pg_server),
                 )
@@ -151,8 +170,9 @@ def _roles(workers: list[WorkerProcess], bus: EmbeddedNats, db: EmbeddedPostgres
     return cpu
 
 
-async def _summed(nc: Any, subject: str, processes: int) -> Counts:
-    """Every process's stage counters, summed (asked again until all ``processes`` answer)."""
+async def _summed(nc: Any, subject: str, processes: int, dsn: str) -> Counts:
+    """Every process's stage counters, summed (asked again until all ``processes`` answer),
+    and the deadlocks of the database at ``dsn``."""
     found: list[dict[str, Any]] = []
     for _ in range(10):
         found = await answers(nc, subject, 2.0, None)
@@ -182,4 +202,5 @@ async def _summed(nc: Any, subject: str, processes: int) -> Counts:
         for step, t in (a.get("steps") or {}).items():
             seconds, count, *_ = out.get(STEP + step, (0.0, 0, 0, 0))
             out[STEP + step] = (seconds + float(t["seconds"]), count + int(t["count"]), 0, 0)
+    out[DEADLOCKS] = await _deadlocks(dsn)
     return out
