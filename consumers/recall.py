@@ -278,14 +278,24 @@ class RecallService(ReadsServices):
             self._flusher = asyncio.create_task(self._flush_later())
 
     async def _flush_later(self) -> None:
-        await asyncio.sleep(TOUCH_EVERY_S)
-        await self.flush_touches()
+        """Flush every ``TOUCH_EVERY_S`` while counts wait (those of rows a store transaction
+        held come back from ``flush_touches``)."""
+        while True:
+            await asyncio.sleep(TOUCH_EVERY_S)
+            await self.flush_touches()
+            if not self._touches:
+                return
 
     async def flush_touches(self) -> None:
-        """Write the queued access counts now (also at shutdown)."""
+        """Write the queued access counts now (also at shutdown). The counts of memories
+        another transaction holds wait for the next flush (``MemoryReads.touch``)."""
         touches, self._touches = self._touches, {}
         for tenant, counts in touches.items():
             try:
-                await self.pg.touch(tenant, counts)
+                held = await self.pg.touch(tenant, counts)
             except MemstreamError as exc:
                 log.warning("recall.touch_failed", error=type(exc).__name__, memories=len(counts))
+                continue
+            pending = self._touches.setdefault(tenant, {}) if held else {}
+            for mid in held:
+                pending[mid] = pending.get(mid, 0) + counts[mid]

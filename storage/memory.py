@@ -53,11 +53,12 @@ class MemoryStore(RowsMixin):
         found.sort(key=lambda h: (-h[1], h[0]))
         return found[:limit]
 
-    async def touch(self, tenant: str, counts: Mapping[str, int]) -> None:
+    async def touch(self, tenant: str, counts: Mapping[str, int]) -> list[str]:
         for mid, n in counts.items():
             m = self.rows.get(mid)
             if m is not None and m.tenant == tenant:
                 self._put(m, access_count=m.access_count + n, last_accessed_at=self.clock())
+        return []  # no other transaction holds a row here
 
     # --- ManagedMemories --------------------------------------------------------------------
 

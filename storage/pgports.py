@@ -92,8 +92,9 @@ class MemoryReads(Protocol):
     ) -> list[tuple[str, float]]:
         """(id, rank) of live memories sharing a word with ``query``, best first."""
 
-    async def touch(self, tenant: str, counts: Mapping[str, int]) -> None:
-        """Add to the access counts of memories of ``tenant``."""
+    async def touch(self, tenant: str, counts: Mapping[str, int]) -> list[str]:
+        """Add to the access counts of memories of ``tenant``; the ids of those another
+        transaction holds are returned uncounted, to be counted again later."""
 
 
 class ManagedMemories(Protocol):

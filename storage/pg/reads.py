@@ -3,6 +3,7 @@ access counts recall keeps, and the management commands' get, list and review co
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
@@ -45,17 +46,29 @@ class PgReads(PgBase):
         )
         return {str(r["id"]): _record(r) for r in rows}
 
-    async def touch(self, tenant: str, counts: Mapping[str, int]) -> None:
+    async def touch(self, tenant: str, counts: Mapping[str, int]) -> list[str]:
         """Count accesses of memories (own recall only; peer reads never call this): one
-        statement for a whole batch of recalls."""
-        await self._fetch(
-            "UPDATE memories m SET access_count = m.access_count + t.n, last_accessed_at = $4 "
-            "FROM unnest($2::uuid[], $3::int[]) AS t(id, n) WHERE m.tenant = $1 AND m.id = t.id",
+        statement for a whole batch of recalls. A memory another transaction holds (the
+        store stage folding a source into it) is skipped, not waited for, and its id
+        returned: waiting, this statement held the rows it had counted while the store's
+        transaction might want one of them next, a deadlock that PostgreSQL breaks only
+        after ``deadlock_timeout`` (1 s) of both stalled."""
+        rows = await self._fetch(
+            "WITH t AS (SELECT * FROM unnest($2::uuid[], $3::int[]) AS t(id, n)), "
+            "free AS (SELECT m.id FROM memories m JOIN t ON m.id = t.id WHERE m.tenant = $1 "
+            "FOR NO KEY UPDATE OF m SKIP LOCKED), "
+            "counted AS (UPDATE memories m SET access_count = m.access_count + t.n, "
+            "last_accessed_at = $4 FROM t WHERE m.id = t.id AND m.id IN (SELECT id FROM free) "
+            "RETURNING m.id) "
+            "SELECT m.id::text AS id FROM memories m JOIN t ON m.id = t.id WHERE m.tenant = $1 "
+            "AND m.id NOT IN (SELECT id FROM counted)",
             tenant,
             list(counts),
             list(counts.values()),
             self.clock(),
         )
+        given = {str(uuid.UUID(mid)): mid for mid in counts}  # as the caller spelled them
+        return [given[r["id"]] for r in rows]
 
     async def list_memories(
         self, flt: OwnerFilter, limit: int = 100, offset: int = 0, live: bool = True

@@ -208,3 +208,34 @@ async def test_no_store_answers_gives_an_error_code(running) -> None:
         with pytest.raises(RecallError) as err:
             await mem.recall("green tea", cache=False)
         assert err.value.code.value == "unavailable"
+
+
+async def test_access_counts_of_a_held_memory_wait_for_the_next_flush(
+    running, database_url, namespace
+) -> None:
+    """A recalled memory whose row a store transaction holds is not counted at that flush
+    (the count does not wait for the row, see test_row_locks.py); it waits in the service
+    and is counted, once, at a flush after the transaction has ended."""
+    import asyncpg
+
+    ids = await seed(running)
+    svc = running.worker.recall
+    con = await asyncpg.connect(database_url, server_settings={"search_path": namespace})
+
+    async def count() -> int:
+        return int(await con.fetchval("SELECT access_count FROM memories WHERE id = $1", tea))
+
+    try:
+        tea = ids["tea"]
+        holder = con.transaction()
+        await holder.start()
+        await con.execute("UPDATE memories SET updated_at = now() WHERE id = $1", tea)
+        reply = await svc.recall(RecallRequest(tenant="acme", user="zoe", query="green tea"))
+        assert tea in [h.id for h in reply.hits]
+        await asyncio.wait_for(svc.flush_touches(), timeout=5)
+        await holder.commit()
+        assert await count() == 0
+        await svc.flush_touches()
+        assert await count() == 1
+    finally:
+        await con.close()

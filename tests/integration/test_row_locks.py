@@ -1,5 +1,7 @@
-"""The ``indexed`` marks against a real PostgreSQL: a mark never waits for a row another
-transaction holds, so it cannot be half of a deadlock with the next batch's writes."""
+"""Bookkeeping writes against a real PostgreSQL: the ``indexed`` marks and recall's access
+counts never wait for a row another transaction holds (the store stage's, which upserts and
+folds into memories), so neither can be half of a deadlock with it. PostgreSQL breaks one
+only after ``deadlock_timeout`` (1 s), with both sides stalled."""
 
 from __future__ import annotations
 
@@ -60,5 +62,37 @@ async def test_a_mark_skips_a_row_another_transaction_holds(
         await asyncio.wait_for(pg.mark_indexed(ids), timeout=5)
         assert await _marked(con, ids) == dict.fromkeys(ids, True)
         assert await pg.unindexed() == []
+    finally:
+        await con.close()
+
+
+async def test_access_counts_skip_a_row_another_transaction_holds(
+    pg: PgStore, database_url: str, namespace: str
+) -> None:
+    """Two memories recalled; a transaction holds the second and next wants the first (as a
+    store transaction folding sources into both would). The access counts are written at
+    once for the first and the second comes back to be counted later, so that transaction
+    gets the first row without a deadlock; once it has ended, the second is counted.
+    Waiting, the count held the first row while it waited for the second: PostgreSQL
+    cancelled one side after a second (DeadlockDetectedError)."""
+    keys = [dedupe.key(_turn(i)) for i in range(2)]
+    await pg.upsert_many([(k.memory_id, k.content_hash, k.candidate) for k in keys])
+    first, second = (k.memory_id for k in keys)
+    con = await asyncpg.connect(database_url, server_settings={"search_path": namespace})
+    try:
+        holder = con.transaction()
+        await holder.start()
+        await con.execute("UPDATE memories SET updated_at = now() WHERE id = $1", second)
+        counting = asyncio.create_task(pg.touch("acme", {first: 2, second: 3}))
+        await asyncio.sleep(0.3)  # the count has taken what it could
+        await con.execute("UPDATE memories SET updated_at = now() WHERE id = $1", first)
+        assert await asyncio.wait_for(counting, timeout=5) == [second]
+        await holder.commit()
+        assert await pg.touch("acme", {second: 3}) == []
+        rows = await con.fetch(
+            "SELECT id::text AS id, access_count FROM memories WHERE id = ANY($1::uuid[])",
+            [first, second],
+        )
+        assert {r["id"]: r["access_count"] for r in rows} == {first: 2, second: 3}
     finally:
         await con.close()
