@@ -10,6 +10,7 @@ The exception tree (workers)::
     |   +-- DataRejected        a store refused the values (Postgres SQLSTATE class 22 or 54)
     +-- TransientError          may succeed later: nack with a delay
         +-- StorageUnavailable  Postgres or Qdrant did not answer
+        |   +-- StorageConflict Postgres cancelled a statement to break a deadlock
         +-- EmbedderFailed      the embedding model failed (recall degrades to keywords)
 
 Replies on request-reply subjects never carry a traceback, a driver message or
@@ -102,6 +103,12 @@ class TransientError(MemstreamError):
 
 class StorageUnavailable(TransientError):
     """A store (Postgres, Qdrant) did not answer."""
+
+
+class StorageConflict(StorageUnavailable):
+    """Postgres cancelled a statement to break a deadlock or a serialization conflict: no
+    outage, and retrying succeeds; named apart so that a log or a stage's last error says
+    which it was."""
 
 
 class EmbedderFailed(TransientError):

@@ -33,7 +33,7 @@ from typing import Any
 
 import asyncpg
 
-from memstream.schemas.errors import StorageUnavailable
+from memstream.schemas.errors import StorageConflict, StorageUnavailable
 
 OUTAGE: tuple[type[BaseException], ...] = (
     OSError,
@@ -46,6 +46,20 @@ OUTAGE: tuple[type[BaseException], ...] = (
     asyncpg.exceptions.DeadlockDetectedError,  # concurrent merges of one memory: retry
     asyncpg.exceptions.SerializationError,
 )
+# of those, the ones where the server is there and broke a conflict between statements
+CONFLICTS: tuple[type[BaseException], ...] = (
+    asyncpg.exceptions.DeadlockDetectedError,
+    asyncpg.exceptions.SerializationError,
+)
+
+
+def unavailable(exc: BaseException) -> StorageUnavailable:
+    """What an ``OUTAGE`` error leaves the store as: ``StorageConflict`` for a conflict
+    PostgreSQL broke, else ``StorageUnavailable``. Both are retried; the type tells the
+    operator which it was."""
+    if isinstance(exc, CONFLICTS):
+        return StorageConflict("postgres cancelled a statement to break a lock conflict")
+    return StorageUnavailable("postgres did not answer")
 
 
 class GuardedPool:
@@ -60,13 +74,13 @@ class GuardedPool:
             async with self.pool.acquire() as con:
                 yield con
         except OUTAGE as exc:
-            raise StorageUnavailable("postgres did not answer") from exc
+            raise unavailable(exc) from exc
 
     async def fetch(self, sql: str, *args: Any) -> list[Any]:
         try:
             return list(await self.pool.fetch(sql, *args))
         except OUTAGE as exc:
-            raise StorageUnavailable("postgres did not answer") from exc
+            raise unavailable(exc) from exc
 
     async def close(self) -> None:
         await self.pool.close()

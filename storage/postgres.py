@@ -16,7 +16,6 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
-from memstream.schemas.errors import StorageUnavailable
 from memstream.schemas.memory import Candidate, MemoryRecord
 from memstream.storage.pg.audit import PgAudit
 from memstream.storage.pg.facts import PgFacts
@@ -39,6 +38,7 @@ from memstream.storage.pg.sql import (
     utcnow,
 )
 from memstream.storage.pg.switches import PgSwitches
+from memstream.storage.pgpool import unavailable
 
 __all__ = ["Clock", "OwnerFilter", "PgStore", "hash_key", "keyword_query", "migrations", "utcnow"]
 
@@ -141,7 +141,7 @@ class PgStore(PgReads, PgManaged, PgFacts, PgIndexRows, PgMaintenance, PgSwitche
             async with self._transaction() as con:
                 return await self._upsert_rows(con, rows)
         except _TRANSIENT as exc:
-            raise StorageUnavailable("postgres did not answer") from exc
+            raise unavailable(exc) from exc
 
     async def write_batch(
         self,
@@ -160,7 +160,7 @@ class PgStore(PgReads, PgManaged, PgFacts, PgIndexRows, PgMaintenance, PgSwitche
                 inserted = await self._upsert_rows(con, rows)
                 after = await self._fold_rows(con, then)
         except _TRANSIENT as exc:
-            raise StorageUnavailable("postgres did not answer") from exc
+            raise unavailable(exc) from exc
         return inserted, before, after
 
     async def _upsert_rows(

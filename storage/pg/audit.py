@@ -6,9 +6,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from memstream.schemas.errors import StorageUnavailable
 from memstream.storage.pg.base import PgBase
 from memstream.storage.pg.sql import _PERMANENT, _TRANSIENT, _rejected
+from memstream.storage.pgpool import unavailable
 
 
 class PgAudit(PgBase):
@@ -26,7 +26,7 @@ class PgAudit(PgBase):
             async with self._pool.acquire() as con:
                 await self._event(con, tenant, memory_id, kind, cause, detail or {})
         except _TRANSIENT as exc:
-            raise StorageUnavailable("postgres did not answer") from exc
+            raise unavailable(exc) from exc
         except _PERMANENT as exc:
             raise _rejected(exc) from exc
 

@@ -21,7 +21,7 @@ from memstream.storage.pg.sql import (
     migrations,
     utcnow,
 )
-from memstream.storage.pgpool import GuardedPool
+from memstream.storage.pgpool import GuardedPool, unavailable
 
 
 class PgBase:
@@ -93,7 +93,7 @@ class PgBase:
             async with self._pool.acquire() as con:
                 await con.execute("VACUUM ANALYZE memories")
         except _TRANSIENT as exc:
-            raise StorageUnavailable("postgres did not answer") from exc
+            raise unavailable(exc) from exc
 
     async def checkpoint(self) -> bool:
         """CHECKPOINT: after a bulk load, the writes reach the disk now rather than during
@@ -104,14 +104,14 @@ class PgBase:
         except asyncpg.InsufficientPrivilegeError:
             return False
         except _TRANSIENT as exc:
-            raise StorageUnavailable("postgres did not answer") from exc
+            raise unavailable(exc) from exc
         return True
 
     async def _fetch(self, sql: str, *args: Any) -> list[asyncpg.Record]:
         try:
             return list(await self._pool.fetch(sql, *args))
         except _TRANSIENT as exc:
-            raise StorageUnavailable("postgres did not answer") from exc
+            raise unavailable(exc) from exc
         except _PERMANENT as exc:
             raise _rejected(exc) from exc
 
@@ -122,7 +122,7 @@ class PgBase:
             async with self._pool.acquire() as con, con.transaction():
                 yield con
         except _TRANSIENT as exc:
-            raise StorageUnavailable("postgres did not answer") from exc
+            raise unavailable(exc) from exc
         except _PERMANENT as exc:
             raise _rejected(exc) from exc
 

@@ -13,6 +13,7 @@ import asyncpg
 import pytest
 
 from memstream.pipeline import dedupe
+from memstream.schemas.errors import StorageConflict, StorageUnavailable
 from memstream.schemas.memory import Candidate, Owner
 from memstream.storage.postgres import PgStore
 
@@ -94,5 +95,34 @@ async def test_access_counts_skip_a_row_another_transaction_holds(
             [first, second],
         )
         assert {r["id"]: r["access_count"] for r in rows} == {first: 2, second: 3}
+    finally:
+        await con.close()
+
+
+async def test_a_deadlock_leaves_the_store_as_a_conflict_not_an_outage(
+    pg: PgStore, database_url: str, namespace: str
+) -> None:
+    """A store transaction in a deadlock that PostgreSQL breaks by cancelling it raises
+    ``StorageConflict``: retried like an outage (a ``StorageUnavailable``), and named apart,
+    so the stage's log and last error say what happened instead of "postgres did not
+    answer"."""
+    keys = [dedupe.key(_turn(i)) for i in range(2)]
+    await pg.upsert_many([(k.memory_id, k.content_hash, k.candidate) for k in keys])
+    first, second = (k.memory_id for k in keys)
+    update = "UPDATE memories SET updated_at = now() WHERE id = $1"
+    con = await asyncpg.connect(database_url, server_settings={"search_path": namespace})
+    try:
+        other = con.transaction()
+        await other.start()
+        await con.execute(update, second)
+        with pytest.raises(StorageConflict) as raised:
+            async with pg._transaction() as mine:
+                await mine.execute(update, first)
+                waiting = asyncio.create_task(mine.execute(update, second))
+                await asyncio.sleep(0.5)  # this side waits first, so its check finds the cycle
+                await con.execute(update, first)  # the other side closes it
+                await waiting
+        assert isinstance(raised.value, StorageUnavailable)  # handled as any outage
+        await other.commit()
     finally:
         await con.close()
