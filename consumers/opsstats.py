@@ -40,7 +40,10 @@ async def _probe(what: Awaitable[int]) -> dict[str, Any]:
 async def snapshot(worker: Any) -> dict[str, Any]:
     """This worker's counters since it started, and its stores' health and sizes."""
     stages = {
-        name: {k: v for k, v in asdict(m).items() if k not in ("redactions", "last_error")}
+        name: {
+            **{k: v for k, v in asdict(m).items() if k not in ("redactions", "last_error")},
+            "active_s": m.active_until_now(),
+        }
         for name, m in worker.deps.metrics.items()
     }
     cache = worker.deps.cache

@@ -90,6 +90,13 @@ class StageMetrics:
         if self.inflight == 0:
             self.active_s += time.perf_counter() - self._active_since
 
+    def active_until_now(self) -> float:
+        """``active_s`` with the span under way: a stage that has had a batch in hand since
+        before a reading began (batches that overlap) adds nothing to ``active_s`` until it
+        is idle again, so readings taken meanwhile would count none of that time."""
+        under_way = time.perf_counter() - self._active_since if self.inflight else 0.0
+        return self.active_s + under_way
+
 
 # Steps of a stored batch that no stage's busy time tells apart (the fused chain's waits, and
 # store's parts): what ``memstream bench ingest`` reports for each batch, and

@@ -84,7 +84,7 @@ async def in_process() -> AsyncIterator[Pipeline]:
         async def counts() -> Counts:
             out: Counts = {
                 s: (
-                    metrics[s].active_s,
+                    metrics[s].active_until_now(),
                     metrics[s].processed,
                     metrics[s].batches,
                     metrics[s].outputs,

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import time
+
 from prometheus_client.parser import text_string_to_metric_families
 
 from memstream.consumers.metrics import DEAD_LETTER_CATEGORIES, WorkerMetrics, category_of
+from memstream.consumers.stages import StageMetrics
 from memstream.schemas.errors import (
     DataRejected,
     InvalidMessage,
@@ -85,3 +88,21 @@ def test_an_unknown_lag_removes_the_series_instead_of_exporting_minus_one() -> N
     assert got[("memstream_stream_messages", (("stream", "dlq"),))] == 2
     m.set_lag({"extract": {"pending": -1, "ack_pending": -1, "redelivered": -1}})
     assert ("memstream_consumer_pending", (("stage", "extract"),)) not in samples(m)
+
+
+def test_a_stage_busy_since_before_a_reading_counts_its_time_so_far() -> None:
+    """``StageMetrics.active_until_now``: with a batch in hand throughout (batches that
+    overlap), ``active_s`` stays where it was until the stage is idle, so the ingest bench's
+    paced run read 0.00 s busy for a stage busy all along; read with the span under way, it
+    grows while the batch is in hand, and matches ``active_s`` once the stage is idle."""
+    m = StageMetrics()
+    assert m.active_until_now() == 0.0
+    m.enter()
+    m.enter()  # the next batch begins before the first ends
+    time.sleep(0.01)
+    first = m.active_until_now()
+    m.leave()
+    time.sleep(0.01)
+    assert m.active_s == 0.0 and m.active_until_now() > first >= 0.01
+    m.leave()
+    assert m.active_until_now() == m.active_s >= 0.02
