@@ -32,6 +32,23 @@ def _turn(i: int) -> Candidate:
     )
 
 
+async def _until_a_lock_wait(database_url: str) -> None:
+    """Return once a backend of this database waits for a lock (watched from a connection of
+    its own: a transaction reads pg_stat_activity once)."""
+    watch = await asyncpg.connect(database_url)
+    try:
+        for _ in range(1000):  # 10 s at most
+            if await watch.fetchval(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                "AND wait_event_type = 'Lock'"
+            ):
+                return
+            await asyncio.sleep(0.01)
+        raise TimeoutError("no backend waited for a lock within 10 s")
+    finally:
+        await watch.close()
+
+
 async def _marked(con: asyncpg.Connection, ids: Sequence[str]) -> dict[str, bool]:
     rows = await con.fetch(
         "SELECT id::text AS id, indexed FROM memories WHERE id = ANY($1::uuid[])", list(ids)
@@ -119,7 +136,8 @@ async def test_a_deadlock_leaves_the_store_as_a_conflict_not_an_outage(
             async with pg._transaction() as mine:
                 await mine.execute(update, first)
                 waiting = asyncio.create_task(mine.execute(update, second))
-                await asyncio.sleep(0.5)  # this side waits first, so its check finds the cycle
+                # this side waits first, so its deadlock check (1 s on) finds the cycle
+                await _until_a_lock_wait(database_url)
                 await con.execute(update, first)  # the other side closes it
                 await waiting
         assert isinstance(raised.value, StorageUnavailable)  # handled as any outage
