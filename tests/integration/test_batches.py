@@ -13,6 +13,7 @@ import pytest
 from workers import (
     REFUSED,
     acks_settled,
+    consumer_when,
     drain_with_new_loops,
     one_refused_memory_dead_lettered,
     one_turn_batch,
@@ -185,7 +186,9 @@ async def test_a_failing_fused_batch_goes_on_over_the_stage_subjects(running) ->
     metrics = worker.deps.metrics
     assert metrics["dedupe"].fused == 5 and metrics["store"].fused == 0  # failed at store
     stream_, cfg = topology(running.settings).consumers["redact"]
-    info = await worker.deps.js.consumer_info(stream_, cfg.durable_name or "")
+    info = await consumer_when(
+        worker.deps.js, stream_, cfg.durable_name or "", lambda info: info.num_pending >= 5
+    )
     assert info.num_pending == 5 and info.delivered.consumer_seq == 0  # the singles' output
     await drain_with_new_loops(running)
     assert await one_refused_memory_dead_lettered(running) == {"t0", "t2", "t3", "t4"}

@@ -56,16 +56,25 @@ async def one_turn_batch(running: Any, texts: list[str], prefix: str) -> list[An
     return msgs
 
 
-async def acks_settled(js: Any, stream: str, durable: str, within_s: float = 5.0) -> Any:
-    """The consumer's info once no message awaits its ack, or as it stands after ``within_s``.
-    A stage's ``ack()`` is a plain publish, and the server applies it after answering
-    requests sent behind it, so an info read at once can still count it pending."""
+async def consumer_when(
+    js: Any, stream: str, durable: str, ok: Callable[[Any], bool], within_s: float = 5.0
+) -> Any:
+    """The consumer's info once ``ok`` holds for it, or as it stands after ``within_s``.
+    JetStream updates a consumer's counts after answering the requests that changed them:
+    a stage's ``ack()`` is a plain publish the server applies later, and a message stored
+    (its PubAck sent) reaches a filtered consumer's pending count through the stream's
+    signal to its consumers. An info read at once can be behind either."""
     deadline = time.monotonic() + within_s
     while True:
         info = await js.consumer_info(stream, durable)
-        if info.num_ack_pending == 0 or time.monotonic() > deadline:
+        if ok(info) or time.monotonic() > deadline:
             return info
         await asyncio.sleep(0.05)
+
+
+async def acks_settled(js: Any, stream: str, durable: str) -> Any:
+    """``consumer_when`` no message awaits its ack."""
+    return await consumer_when(js, stream, durable, lambda info: info.num_ack_pending == 0)
 
 
 async def refuse_inserts(pg: PgStore) -> None:
