@@ -60,10 +60,10 @@ async def consumer_when(
     js: Any, stream: str, durable: str, ok: Callable[[Any], bool], within_s: float = 5.0
 ) -> Any:
     """The consumer's info once ``ok`` holds for it, or as it stands after ``within_s``.
-    JetStream updates a consumer's counts after answering the requests that changed them:
-    a stage's ``ack()`` is a plain publish the server applies later, and a message stored
-    (its PubAck sent) reaches a filtered consumer's pending count through the stream's
-    signal to its consumers. An info read at once can be behind either."""
+    A consumer's counts can lag the requests that changed them: a stage's ``ack()`` is a
+    plain publish the server applies later, and a filtered consumer's pending count read
+    right after the PubAcks of five messages has been seen at four (in CI). An info read at
+    once can be behind either."""
     deadline = time.monotonic() + within_s
     while True:
         info = await js.consumer_info(stream, durable)
