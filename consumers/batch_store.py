@@ -156,6 +156,7 @@ async def deduped(
         if brought
         else None
     )
+    started = time.perf_counter()
     try:
         # a redelivered candidate that an earlier try folded into a near-duplicate stays
         # folded, even if an exact duplicate of it was stored since (both reads at once)
@@ -169,6 +170,7 @@ async def deduped(
             with contextlib.suppress(BaseException):
                 await early
         raise
+    deps.stepped("lookups", started)
     folded = {
         i: was_folded[p]
         for i, c in enumerate(cands)
@@ -199,6 +201,7 @@ async def deduped(
         with contextlib.suppress(Exception):
             await early
     vector_of = dict(zip(fresh, vectors, strict=True))  # by position in the batch
+    started = time.perf_counter()
     if neighbours and pending:  # what the search could not find yet
         close = dedupe.unindexed_neighbours(cands, vector_of, pending, similarity)
         for i, more in close.items():
@@ -209,6 +212,7 @@ async def deduped(
         else {}
     )
     decisions = plan(keyed, existing, neighbours, similarity, folded, batch_near)
+    deps.stepped("plan", started)
     exact = [d for d in decisions if d.action is Action.MERGE]
     # the source events merged into their memories: by ``settle``, or by the store stage of
     # this call in its own transaction (one commit for the batch, not two)
@@ -268,9 +272,11 @@ async def _near_search(
     candidate's near duplicates may be. Hits below the near-duplicate threshold never fold
     (``dedupe.near_duplicate``): the engine drops them, with a margin for its rounding."""
     at = list(vectors)
+    started = time.perf_counter()
     found = await deps.vectors.search_many(
         [(vectors[i], near_filter(cands[i], now)) for i in at], 3, similarity - _SCORE_MARGIN
     )
+    deps.stepped("search", started)
     return dict(zip(at, found, strict=True))
 
 
