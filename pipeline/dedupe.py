@@ -75,7 +75,14 @@ def neighbours(
 
 def word_overlap(a: str, b: str) -> float:
     """Jaccard overlap of the two texts' normalised word sets (0..1)."""
-    wa, wb = set(normalise_content(a).split()), set(normalise_content(b).split())
+    return _overlap(_words(a), _words(b))
+
+
+def _words(text: str) -> set[str]:
+    return set(normalise_content(text).split())
+
+
+def _overlap(wa: set[str], wb: set[str]) -> float:
     if not wa or not wb:
         return 0.0
     return len(wa & wb) / len(wa | wb)
@@ -95,10 +102,12 @@ def near_duplicate(
     "the flight is at 11:30", whose fold would lose the new time. The candidate's own id
     never counts (a replay is an exact duplicate, not a near one)."""
     mine = numbers(content)
+    words: set[str] | None = None  # made once, for the first close neighbour
     for mid, similarity, text in neighbours:
         if mid == own_id or similarity < min_similarity:
             continue
-        if word_overlap(content, text) >= min_overlap and numbers(text) == mine:
+        words = _words(content) if words is None else words
+        if _overlap(words, _words(text)) >= min_overlap and numbers(text) == mine:
             return mid
     return None
 
@@ -147,8 +156,13 @@ class Unindexed:
 
     memory_id: str
     group: tuple[object, ...]  # ``group_of`` its candidate
-    vector: Sequence[float]
+    # made a unit float32 array once, here: the batches that check it while it waits would
+    # each convert a list of floats again (most of the check's time)
+    vector: Sequence[float] | np.ndarray
     text: str
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "vector", _unit([self.vector])[0])
 
 
 def group_of(c: Candidate) -> tuple[object, ...]:
@@ -178,7 +192,7 @@ def unindexed_neighbours(
     out: dict[int, list[tuple[str, float, str]]] = {}
     for group, members in asking.items():  # one matrix product per owner group
         mates = mates_of[group]
-        sims = _unit([vectors[i] for i in members]) @ _unit([u.vector for u in mates]).T
+        sims = _unit([vectors[i] for i in members]) @ np.stack([u.vector for u in mates]).T
         for row, i in enumerate(members):
             near = np.flatnonzero(sims[row] >= min_similarity)
             if near.size:
@@ -187,7 +201,7 @@ def unindexed_neighbours(
     return out
 
 
-def _unit(rows: Sequence[Sequence[float]]) -> np.ndarray:
+def _unit(rows: Sequence[Sequence[float] | np.ndarray]) -> np.ndarray:
     m = np.asarray(rows, dtype=np.float32)
     m /= np.maximum(np.linalg.norm(m, axis=1, keepdims=True), 1e-12)
     return m
