@@ -37,7 +37,7 @@ from memstream.consumers.logs import log
 from memstream.consumers.maintenance import Maintenance
 from memstream.consumers.metrics import WorkerMetrics
 from memstream.consumers.natsconn import api_keys_required, broker_options, nats_options
-from memstream.consumers.recall import IndexBusy, RecallService, error_reply
+from memstream.consumers.recall import TOUCH_STOP_S, IndexBusy, RecallService, error_reply
 from memstream.consumers.runner import StageRunner
 from memstream.consumers.services import Services
 from memstream.consumers.stages import STAGE_WORK, Deps
@@ -397,7 +397,7 @@ class Worker(Maintenance):
             await self.services.helper.close()
         if self._tasks:
             await asyncio.gather(*self._tasks, return_exceptions=True)
-        await self.recall.flush_touches()
+        await self.recall.flush_touches_within(TOUCH_STOP_S)
         if self.deps.cache is not None:
             await self.deps.cache.stop()
         if self.deps.llm is not None:

@@ -45,6 +45,8 @@ from memstream.storage.postgres import OwnerFilter
 T = TypeVar("T")
 SHARED = (Scope.PROJECT, Scope.GLOBAL)  # the "resources" context
 TOUCH_EVERY_S = 0.5  # access counts are written in batches
+# at shutdown, how long counts of rows another transaction holds are tried again, and how often
+TOUCH_STOP_S, TOUCH_RETRY_S = 2.0, 0.05
 FETCH_MARGIN = 2  # records read beyond top_k at first; more pages only if collapse drops many
 
 
@@ -285,6 +287,23 @@ class RecallService(ReadsServices):
             await self.flush_touches()
             if not self._touches:
                 return
+
+    async def flush_touches_within(self, within_s: float) -> None:
+        """``flush_touches`` until no count waits or ``within_s`` has passed (at shutdown:
+        no later flush would write them). What is still held then is dropped, and logged."""
+        deadline = time.monotonic() + within_s
+        await self.flush_touches()
+        while self._touches and time.monotonic() < deadline:
+            await asyncio.sleep(TOUCH_RETRY_S)
+            await self.flush_touches()
+        if self._touches:
+            dropped = sum(len(counts) for counts in self._touches.values())
+            self._touches = {}
+            log.warning(
+                "recall.touches_dropped",
+                memories=dropped,
+                reason="their rows were held by another transaction until shutdown",
+            )
 
     async def flush_touches(self) -> None:
         """Write the queued access counts now (also at shutdown). The counts of memories

@@ -239,3 +239,49 @@ async def test_access_counts_of_a_held_memory_wait_for_the_next_flush(
         assert await count() == 1
     finally:
         await con.close()
+
+
+async def test_access_counts_held_at_shutdown_are_tried_again_then_dropped_aloud(
+    running, database_url, namespace
+) -> None:
+    """At shutdown no later flush would write a waiting count: it is tried again while its
+    row is held, for a bounded time. A row freed in that time is counted; one still held
+    is dropped with a warning, never silently."""
+    import asyncpg
+    from structlog.testing import capture_logs
+
+    ids = await seed(running)
+    svc = running.worker.recall
+    con = await asyncpg.connect(database_url, server_settings={"search_path": namespace})
+    tea = ids["tea"]
+
+    async def count() -> int:
+        return int(await con.fetchval("SELECT access_count FROM memories WHERE id = $1", tea))
+
+    async def held_then_recalled() -> asyncpg.transaction.Transaction:
+        holder = con.transaction()
+        await holder.start()
+        await con.execute("UPDATE memories SET updated_at = now() WHERE id = $1", tea)
+        reply = await svc.recall(RecallRequest(tenant="acme", user="zoe", query="green tea"))
+        assert tea in [h.id for h in reply.hits]
+        return holder
+
+    try:
+        holder = await held_then_recalled()
+        flushing = asyncio.ensure_future(svc.flush_touches_within(10.0))
+        await asyncio.sleep(0.3)
+        assert not flushing.done()  # still trying while the row is held
+        await holder.commit()
+        await asyncio.wait_for(flushing, timeout=5)
+        assert await count() == 1
+
+        holder = await held_then_recalled()
+        with capture_logs() as logs:
+            await asyncio.wait_for(svc.flush_touches_within(0.2), timeout=5)
+        await holder.commit()
+        dropped = [e for e in logs if e["event"] == "recall.touches_dropped"]
+        assert [e["memories"] for e in dropped] == [1]
+        await svc.flush_touches()
+        assert await count() == 1  # dropped, not written later
+    finally:
+        await con.close()
