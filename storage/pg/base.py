@@ -6,12 +6,12 @@ from __future__ import annotations
 import contextlib
 import json
 import re
-from collections.abc import AsyncIterator
-from typing import Any, Self
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, Self, TypeVar
 
 import asyncpg
 
-from memstream.schemas.errors import StorageUnavailable
+from memstream.schemas.errors import StorageConflict, StorageUnavailable
 from memstream.storage.pg.sql import (
     _MIGRATION_LOCK,
     _PERMANENT,
@@ -22,6 +22,8 @@ from memstream.storage.pg.sql import (
     utcnow,
 )
 from memstream.storage.pgpool import GuardedPool, unavailable
+
+T = TypeVar("T")
 
 
 class PgBase:
@@ -125,6 +127,18 @@ class PgBase:
             raise unavailable(exc) from exc
         except _PERMANENT as exc:
             raise _rejected(exc) from exc
+
+    async def _in_transaction(self, body: Callable[[Any], Awaitable[T]]) -> T:
+        """``body(con)`` in a transaction, run once more if PostgreSQL cancelled it to break
+        a deadlock (``StorageConflict``): its writes were rolled back, so the second run is
+        the one that counts. For a command's write over many rows, which can lock them in
+        another order than the store stage's batch."""
+        try:
+            async with self._transaction() as con:
+                return await body(con)
+        except StorageConflict:
+            async with self._transaction() as con:
+                return await body(con)
 
     async def ping(self) -> None:
         """One round trip (health checks); raises StorageUnavailable when it fails."""

@@ -95,10 +95,14 @@ class PgManaged(PgBase):
 
     async def erase(self, flt: OwnerFilter) -> list[str]:
         """Erasure: delete every memory of the owner (or one session) for good.
-        Returns the ids removed; one audit row records the erasure (no content)."""
+        Returns the ids removed; one audit row records the erasure (no content). Its
+        delete locks many rows in the table's order, and a store batch writing the same
+        owner's memories can hold one of them: a deadlock PostgreSQL breaks is tried once
+        more (``_in_transaction``) rather than answered "unavailable"."""
         args: list[Any] = []
         where = _where(flt, args, self.clock(), live=False).replace("deleted_at IS NULL", "true")
-        async with self._transaction() as con:
+
+        async def erased(con: Any) -> list[str]:
             rows = await con.fetch(f"DELETE FROM memories WHERE {where} RETURNING id", *args)
             ids = [str(r["id"]) for r in rows]
             await _queue_vector_deletes(con, flt.tenant, ids)
@@ -115,4 +119,6 @@ class PgManaged(PgBase):
                     "memories": len(ids),
                 },
             )
-        return ids
+            return ids
+
+        return await self._in_transaction(erased)

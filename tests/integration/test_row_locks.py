@@ -15,6 +15,7 @@ import pytest
 from memstream.pipeline import dedupe
 from memstream.schemas.errors import StorageConflict, StorageUnavailable
 from memstream.schemas.memory import Candidate, Owner
+from memstream.storage.pg.sql import OwnerFilter
 from memstream.storage.postgres import PgStore
 
 pytestmark = pytest.mark.integration
@@ -142,5 +143,35 @@ async def test_a_deadlock_leaves_the_store_as_a_conflict_not_an_outage(
                 await waiting
         assert isinstance(raised.value, StorageUnavailable)  # handled as any outage
         await other.commit()
+    finally:
+        await con.close()
+
+
+async def test_an_erasure_cancelled_to_break_a_deadlock_is_run_again(
+    pg: PgStore, database_url: str, namespace: str
+) -> None:
+    """An erasure deletes the owner's rows in the table's order; a store transaction holds
+    the second and next wants the first (folding sources into both). PostgreSQL cancels the
+    erasure, which waited first, after a second: it is run again, waits for that transaction
+    to end, and erases both memories, once (one audit row). Without the second run the
+    command answered "unavailable" (``StorageConflict``)."""
+    keys = [dedupe.key(_turn(i)) for i in range(2)]
+    await pg.upsert_many([(k.memory_id, k.content_hash, k.candidate) for k in keys])
+    first, second = (k.memory_id for k in keys)
+    update = "UPDATE memories SET updated_at = now() WHERE id = $1"
+    con = await asyncpg.connect(database_url, server_settings={"search_path": namespace})
+    try:
+        other = con.transaction()
+        await other.start()
+        await con.execute(update, second)
+        erasing = asyncio.create_task(pg.erase(OwnerFilter(tenant="acme", user="bo")))
+        await _until_a_lock_wait(database_url)  # the erasure holds the first, waits for the second
+        await con.execute(update, first)  # returns once PostgreSQL has cancelled the erasure
+        await asyncio.sleep(0.2)
+        assert not erasing.done()  # run again, and waiting for this transaction
+        await other.commit()
+        assert sorted(await asyncio.wait_for(erasing, timeout=5)) == sorted([first, second])
+        assert await con.fetchval("SELECT count(*) FROM memories") == 0
+        assert await con.fetchval("SELECT count(*) FROM memory_events WHERE kind = 'erased'") == 1
     finally:
         await con.close()
