@@ -36,6 +36,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from memstream.consumers import loops
 from memstream.consumers.helper import _exit_with, retrieved, usable_cpus
 from memstream.consumers.logs import configure, log
 from memstream.consumers.outage import Backoff
@@ -145,7 +146,7 @@ def _child(
     _linux_prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
     _linux_prctl(PR_SET_NAME, NAME)  # /proc/<pid>/comm: tells it from the helper process
     threading.Thread(target=_exit_with, args=(os.getppid(),), daemon=True).start()
-    asyncio.run(_child_main(sock, settings, nats_url, dsn, key, schema))
+    loops.run(_child_main(sock, settings, nats_url, dsn, key, schema), settings.event_loop)
 
 
 async def _child_main(

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
 
-from memstream.consumers import creds, helper, indexproc, roles
+from memstream.consumers import creds, helper, indexproc, loops, roles
 from memstream.consumers.app import Worker
 from memstream.consumers.cpulatency import CpuLatencyHold, hold_cpu_latency
 from memstream.consumers.embedded import EmbeddedNats, EmbeddedPostgres
@@ -335,7 +335,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="run the embedded NATS in operator mode: tenants apart, credentials and API keys "
         "required (docs/security.md)",
     )
-    dev.set_defaults(func=lambda a: asyncio.run(serve(_settings(a), announce=True)))
+    dev.set_defaults(func=lambda a: _serve_on_its_loop(_settings(a), announce=True))
     worker = sub.add_parser("worker", help="run the workers against configured services")
     worker.add_argument("--state-dir", type=Path, default=None)
     worker.add_argument(
@@ -354,8 +354,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "with a random key kept in the state directory",
     )
     worker.set_defaults(
-        func=lambda a: asyncio.run(serve(_settings(a), False, dev_key=a.dev_redaction_key))
+        func=lambda a: _serve_on_its_loop(_settings(a), False, dev_key=a.dev_redaction_key)
     )
+
+
+def _serve_on_its_loop(settings: Settings, announce: bool, dev_key: bool = False) -> int:
+    return loops.run(serve(settings, announce, dev_key=dev_key), settings.event_loop)
 
 
 def _roles(text: str) -> tuple[str, ...]:

@@ -132,6 +132,9 @@ class Settings(BaseSettings):
     require_api_key: bool = False
     recall_cache_ttl_s: float | None = 30.0  # None disables the shared query cache
     log_level: str = "INFO"
+    # The event loop of `memstream worker` / `memstream dev` and the index process: uvloop
+    # where it is installed (a worker dependency off Windows), else the standard one.
+    event_loop: Literal["uvloop", "asyncio"] = "uvloop"
     ops_host: str = "127.0.0.1"
     ops_port: int | None = 9464  # /metrics and /healthz; None disables, 0 picks a free port
     # how often the ops port reads consumer lag and stream sizes from JetStream for /metrics

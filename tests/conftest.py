@@ -4,11 +4,12 @@ loopback ports with temp dirs. Each test gets its own subject namespace and Post
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shutil
 import tempfile
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -49,6 +50,15 @@ def pytest_configure(config: pytest.Config) -> None:
         if pid.isdigit() and not _alive(int(pid)):
             shutil.rmtree(old, ignore_errors=True)
     config.option.basetemp = str(RUNS_DIR / f"run-{os.getpid()}")
+
+
+def pytest_asyncio_loop_factories(
+    config: pytest.Config, item: pytest.Item
+) -> dict[str, Callable[[], asyncio.AbstractEventLoop]]:
+    """Every async test runs on the loop the worker runs on (consumers/loops.py: uvloop)."""
+    import uvloop
+
+    return {"uvloop": uvloop.new_event_loop}
 
 
 @pytest.fixture(scope="session", autouse=True)
