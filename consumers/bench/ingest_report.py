@@ -126,8 +126,13 @@ def print_report(r: dict[str, Any]) -> None:
         during = (r["steps"][step]["mean_ms"], paced["steps"][step]["mean_ms"])
         print(f"{what:<46} {during[0]:>10.2f} {during[1]:>8.2f}")
     # busy is wall time with a batch in hand: the cores show what of it was work
-    print(f"\n{'cores used':<28} {'throughput':>10} {'paced':>8}")
+    # and, for the throughput run, what a turn cost each process in CPU (the cores' cap)
+    print(f"\n{'cores used':<28} {'throughput':>10} {'paced':>8} {'CPU ms a turn':>14}")
     for role in {**t["cores"], **paced["cores"]}:  # the recall client runs in the paced run only
         during = (t["cores"].get(role, 0.0), paced["cores"].get(role, 0.0))
-        print(f"{role:<28} {during[0]:>10.2f} {during[1]:>8.2f}")
-    print(f"{'all':<28} {sum(t['cores'].values()):>10.2f} {sum(paced['cores'].values()):>8.2f}")
+        per_turn = t["cpu_ms_per_turn"].get(role, 0.0)
+        print(f"{role:<28} {during[0]:>10.2f} {during[1]:>8.2f} {per_turn:>14.3f}")
+    print(
+        f"{'all':<28} {sum(t['cores'].values()):>10.2f} {sum(paced['cores'].values()):>8.2f} "
+        f"{sum(t['cpu_ms_per_turn'].values()):>14.3f}"
+    )

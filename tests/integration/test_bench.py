@@ -191,6 +191,11 @@ def test_ingest_bench_reports_throughput_latency_and_loses_nothing(
             assert cores["postgres"] > 0 or run is r["paced"]  # the backends, read under it
         else:
             assert set(cores) == {"benchmark and workers"} and cores["benchmark and workers"] > 0
+    # what a turn cost each process in CPU, in the throughput run: its cores over the run's
+    # length, per turn (the same processes; the worker's share is never nothing)
+    per_turn = t["cpu_ms_per_turn"]
+    assert set(per_turn) == set(t["cores"]) and all(v >= 0 for v in per_turn.values())
+    assert sum(per_turn.values()) > 0
     # 64 KB segments: an optimization every 32 points of 256 dims, in whichever process
     # holds the index (the owner's index process when there is one)
     built = r["index_optimizations"]["throughput"]
