@@ -15,13 +15,14 @@ MEMSTREAM = str(Path(sys.executable).parent / "memstream")
 
 
 def test_invalid_settings_are_named_without_their_values(tmp_path: Path) -> None:
-    """Three bad variables: each named with its problem, none echoed, nothing started."""
+    """Four bad variables: each named with its problem, none echoed, nothing started."""
     env = {
         **{k: v for k, v in os.environ.items() if not k.startswith("MEMSTREAM_")},
         "MEMSTREAM_STATE_DIR": str(tmp_path),
         "MEMSTREAM_CPU_LATENCY_US": "-1",
         "MEMSTREAM_HNSW_EF": "hunter2-secret",
         "MEMSTREAM_STAGE__BATCH_SIZE": "0",
+        "MEMSTREAM_EVENT_LOOP": "trio",
     }
     done = subprocess.run(
         [MEMSTREAM, "dev"], env=env, capture_output=True, text=True, timeout=60, check=False
@@ -32,6 +33,7 @@ def test_invalid_settings_are_named_without_their_values(tmp_path: Path) -> None
     assert "MEMSTREAM_CPU_LATENCY_US: Input should be greater than or equal to 0" in err
     assert "MEMSTREAM_HNSW_EF: Input should be a valid integer" in err
     assert "MEMSTREAM_STAGE__BATCH_SIZE: Input should be greater than or equal to 1" in err
+    assert "MEMSTREAM_EVENT_LOOP: Input should be 'uvloop' or 'asyncio'" in err
     assert "hunter2" not in err and "Traceback" not in err
     assert list(tmp_path.iterdir()) == []  # nothing was started in the state directory
 

@@ -6,7 +6,8 @@ only after ``deadlock_timeout`` (1 s), with both sides stalled."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+import contextlib
+from collections.abc import AsyncIterator, Sequence
 from datetime import UTC, datetime
 
 import asyncpg
@@ -48,6 +49,30 @@ async def _until_a_lock_wait(database_url: str) -> None:
         raise TimeoutError("no backend waited for a lock within 10 s")
     finally:
         await watch.close()
+
+
+_UPDATE = "UPDATE memories SET updated_at = now() WHERE id = $1"
+
+
+@contextlib.asynccontextmanager
+async def _second_held(
+    pg: PgStore, database_url: str, namespace: str
+) -> AsyncIterator[tuple[asyncpg.Connection, asyncpg.transaction.Transaction, str, str]]:
+    """Two memories written, and another connection's open transaction holding the second
+    (as a store batch holds a memory it folds a source into): the connection, its
+    transaction, and the two ids. Updating the first on that connection closes a cycle with
+    whoever holds the first and waits for the second."""
+    keys = [dedupe.key(_turn(i)) for i in range(2)]
+    await pg.upsert_many([(k.memory_id, k.content_hash, k.candidate) for k in keys])
+    first, second = (k.memory_id for k in keys)
+    con = await asyncpg.connect(database_url, server_settings={"search_path": namespace})
+    try:
+        other = con.transaction()
+        await other.start()
+        await con.execute(_UPDATE, second)
+        yield con, other, first, second
+    finally:
+        await con.close()
 
 
 async def _marked(con: asyncpg.Connection, ids: Sequence[str]) -> dict[str, bool]:
@@ -94,17 +119,10 @@ async def test_access_counts_skip_a_row_another_transaction_holds(
     gets the first row without a deadlock; once it has ended, the second is counted.
     Waiting, the count held the first row while it waited for the second: PostgreSQL
     cancelled one side after a second (DeadlockDetectedError)."""
-    keys = [dedupe.key(_turn(i)) for i in range(2)]
-    await pg.upsert_many([(k.memory_id, k.content_hash, k.candidate) for k in keys])
-    first, second = (k.memory_id for k in keys)
-    con = await asyncpg.connect(database_url, server_settings={"search_path": namespace})
-    try:
-        holder = con.transaction()
-        await holder.start()
-        await con.execute("UPDATE memories SET updated_at = now() WHERE id = $1", second)
+    async with _second_held(pg, database_url, namespace) as (con, holder, first, second):
         counting = asyncio.create_task(pg.touch("acme", {first: 2, second: 3}))
         await asyncio.sleep(0.3)  # the count has taken what it could
-        await con.execute("UPDATE memories SET updated_at = now() WHERE id = $1", first)
+        await con.execute(_UPDATE, first)
         assert await asyncio.wait_for(counting, timeout=5) == [second]
         await holder.commit()
         assert await pg.touch("acme", {second: 3}) == []
@@ -113,8 +131,6 @@ async def test_access_counts_skip_a_row_another_transaction_holds(
             [first, second],
         )
         assert {r["id"]: r["access_count"] for r in rows} == {first: 2, second: 3}
-    finally:
-        await con.close()
 
 
 async def test_a_deadlock_leaves_the_store_as_a_conflict_not_an_outage(
@@ -124,27 +140,17 @@ async def test_a_deadlock_leaves_the_store_as_a_conflict_not_an_outage(
     ``StorageConflict``: retried like an outage (a ``StorageUnavailable``), and named apart,
     so the stage's log and last error say what happened instead of "postgres did not
     answer"."""
-    keys = [dedupe.key(_turn(i)) for i in range(2)]
-    await pg.upsert_many([(k.memory_id, k.content_hash, k.candidate) for k in keys])
-    first, second = (k.memory_id for k in keys)
-    update = "UPDATE memories SET updated_at = now() WHERE id = $1"
-    con = await asyncpg.connect(database_url, server_settings={"search_path": namespace})
-    try:
-        other = con.transaction()
-        await other.start()
-        await con.execute(update, second)
+    async with _second_held(pg, database_url, namespace) as (con, other, first, second):
         with pytest.raises(StorageConflict) as raised:
             async with pg._transaction() as mine:
-                await mine.execute(update, first)
-                waiting = asyncio.create_task(mine.execute(update, second))
+                await mine.execute(_UPDATE, first)
+                waiting = asyncio.create_task(mine.execute(_UPDATE, second))
                 # this side waits first, so its deadlock check (1 s on) finds the cycle
                 await _until_a_lock_wait(database_url)
-                await con.execute(update, first)  # the other side closes it
+                await con.execute(_UPDATE, first)  # the other side closes it
                 await waiting
         assert isinstance(raised.value, StorageUnavailable)  # handled as any outage
         await other.commit()
-    finally:
-        await con.close()
 
 
 async def test_an_erasure_cancelled_to_break_a_deadlock_is_run_again(
@@ -155,23 +161,13 @@ async def test_an_erasure_cancelled_to_break_a_deadlock_is_run_again(
     erasure, which waited first, after a second: it is run again, waits for that transaction
     to end, and erases both memories, once (one audit row). Without the second run the
     command answered "unavailable" (``StorageConflict``)."""
-    keys = [dedupe.key(_turn(i)) for i in range(2)]
-    await pg.upsert_many([(k.memory_id, k.content_hash, k.candidate) for k in keys])
-    first, second = (k.memory_id for k in keys)
-    update = "UPDATE memories SET updated_at = now() WHERE id = $1"
-    con = await asyncpg.connect(database_url, server_settings={"search_path": namespace})
-    try:
-        other = con.transaction()
-        await other.start()
-        await con.execute(update, second)
+    async with _second_held(pg, database_url, namespace) as (con, other, first, second):
         erasing = asyncio.create_task(pg.erase(OwnerFilter(tenant="acme", user="bo")))
         await _until_a_lock_wait(database_url)  # the erasure holds the first, waits for the second
-        await con.execute(update, first)  # returns once PostgreSQL has cancelled the erasure
+        await con.execute(_UPDATE, first)  # returns once PostgreSQL has cancelled the erasure
         await asyncio.sleep(0.2)
         assert not erasing.done()  # run again, and waiting for this transaction
         await other.commit()
         assert sorted(await asyncio.wait_for(erasing, timeout=5)) == sorted([first, second])
         assert await con.fetchval("SELECT count(*) FROM memories") == 0
         assert await con.fetchval("SELECT count(*) FROM memory_events WHERE kind = 'erased'") == 1
-    finally:
-        await con.close()
