@@ -74,9 +74,17 @@ async def _reindex(
     away."""
     rows: dict[str, MemoryRecord] = {}
     try:
+        started = time.perf_counter()
         rows = await deps.pg.memories_by_id(list(dict.fromkeys(keys)))
+        deps.stepped("rows", started)
         ids = await indexing.upserted(
-            deps.pg, deps.vectors, deps.embedder, list(rows.values()), followers, known
+            deps.pg,
+            deps.vectors,
+            deps.embedder,
+            list(rows.values()),
+            followers,
+            known,
+            deps.stepped,
         )
     except TransientError as exc:
         log.warning("store.vector_deferred", count=len(keys), reason=str(exc))

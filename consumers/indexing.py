@@ -5,8 +5,9 @@ record recall answers from, so the hot path needs no Postgres read."""
 from __future__ import annotations
 
 import asyncio
+import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from typing import Any
 
@@ -81,6 +82,7 @@ async def upserted(
     memories: Sequence[MemoryRecord],
     followers: bool | AbstractSet[str] = False,
     known: Mapping[str, Sequence[float]] | None = None,
+    stepped: Callable[[str, float], None] | None = None,
 ) -> list[str]:
     """Embed and upsert memories (idempotent); the ids upserted, for the caller to mark
     indexed in Postgres once it may (the store stage does it while its events go out).
@@ -88,9 +90,13 @@ async def upserted(
     ``followers``: also re-index the episodes that come right after each one (or each one
     whose id is in the set) in its session, whose keyword context includes it (turns can
     reach the store stage out of order). ``known``: vectors already computed for the dated
-    content of some memories (by id): only the others are embedded."""
+    content of some memories (by id): only the others are embedded. ``stepped``: told the
+    time spent reading contexts, embedding and building points, and upserting
+    (``Deps.stepped``)."""
     if not memories:
         return []
+    step = stepped or _untimed
+    started = time.perf_counter()
     episodes = [m for m in memories if m.type is MemoryType.EPISODE]
     extra: list[MemoryRecord] = []
     if followers:
@@ -106,6 +112,8 @@ async def upserted(
             found |= await pg.session_contexts([m for m in extra if m.type is MemoryType.EPISODE])
     else:
         found = await pg.session_contexts(episodes)
+    step("contexts", started)
+    started = time.perf_counter()
     contexts = [found.get(str(uuid.UUID(m.id)), []) for m in memories]
     known = known or {}
     todo = [m for m in memories if m.id not in known]
@@ -126,6 +134,13 @@ async def upserted(
     for m, v, c in zip(memories, vecs, contexts, strict=True):
         await slices.tick()
         points.append(point(m, v, c))
+    step("points", started)
+    started = time.perf_counter()
     for lo in range(0, len(points), UPSERT_SLICE):
         await vectors.upsert(points[lo : lo + UPSERT_SLICE])
+    step("upsert", started)
     return [m.id for m in memories]
+
+
+def _untimed(step: str, started: float) -> None:
+    return None

@@ -110,6 +110,10 @@ STEPS = {
     "plan": "dedupe's checks and plan",
     "write": "the rows written (one transaction)",
     "index": "index points read, built and written",
+    "rows": "  of which the rows read back (Postgres)",
+    "contexts": "  of which session contexts read (Postgres)",
+    "points": "  of which points embedded and built",
+    "upsert": "  of which points written (the index)",
     "order": "waiting for the batch before to finish",
     "announce": "events and indexed marks",
 }

@@ -167,7 +167,7 @@ def test_ingest_bench_reports_throughput_latency_and_loses_nothing(
     # where a stored batch's time went, step by step (summed over processes), in both runs
     for steps in (r["steps"], r["paced"]["steps"]):
         assert set(steps) == set(STEPS)
-        for name in ("write", "index", "announce"):
+        for name in ("write", "index", "upsert", "announce"):
             assert steps[name]["batches"] >= 1 and steps[name]["mean_ms"] > 0, (name, steps)
         assert all(s["mean_ms"] >= 0 for s in steps.values())
     lat = r["paced"]["latency_ms"]
