@@ -210,12 +210,14 @@ async def deduped(
             await early
     vector_of = dict(zip(fresh, vectors, strict=True))  # by position in the batch
     started = time.perf_counter()
+    # the vectors as unit float32 rows, made once for both checks below
+    units = dedupe.unit_rows(vector_of) if neighbours and (pending or mates) else {}
     if neighbours and pending:  # what the search could not find yet
-        close = dedupe.unindexed_neighbours(cands, vector_of, pending, similarity)
+        close = dedupe.unindexed_neighbours(cands, units, pending, similarity)
         for i, more in close.items():
             neighbours[i] = sorted([*neighbours[i], *more], key=lambda n: -n[1])
     batch_near = (
-        dedupe.batch_neighbours(cands, vector_of, similarity)
+        dedupe.batch_neighbours(cands, units, similarity)
         if mates and neighbours  # the index answered: the batch is checked as the index is
         else {}
     )

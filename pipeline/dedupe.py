@@ -13,6 +13,9 @@ import numpy as np
 from memstream.schemas.ids import MemoryId, content_hash, memory_id, normalise_content
 from memstream.schemas.memory import SESSION_BOUND, Candidate, Scope
 
+# a dense vector: a list of floats as embedded and carried, or a row of numpy floats
+Vector = Sequence[float] | np.ndarray
+
 
 @dataclass(frozen=True, slots=True)
 class Keyed:
@@ -121,7 +124,7 @@ def numbers(text: str) -> frozenset[str]:
 
 
 def batch_neighbours(
-    batch: Sequence[Candidate], vectors: Mapping[int, Sequence[float]], min_similarity: float
+    batch: Sequence[Candidate], vectors: Mapping[int, Vector], min_similarity: float
 ) -> dict[int, list[tuple[int, float]]]:
     """By position in ``batch``: the earlier candidates of the same owner, type and reach whose
     vector is at least ``min_similarity`` close (cosine), as ``(position, similarity)``.
@@ -137,8 +140,7 @@ def batch_neighbours(
         if len(members) < 2:
             continue
         members.sort()
-        m = np.asarray([vectors[i] for i in members], dtype=np.float32)
-        m /= np.maximum(np.linalg.norm(m, axis=1, keepdims=True), 1e-12)
+        m = _unit([vectors[i] for i in members])
         sims = m @ m.T
         for a in range(1, len(members)):
             close = [
@@ -158,7 +160,7 @@ class Unindexed:
     group: tuple[object, ...]  # ``group_of`` its candidate
     # made a unit float32 array once, here: the batches that check it while it waits would
     # each convert a list of floats again (most of the check's time)
-    vector: Sequence[float] | np.ndarray
+    vector: Vector
     text: str
 
     def __post_init__(self) -> None:
@@ -172,7 +174,7 @@ def group_of(c: Candidate) -> tuple[object, ...]:
 
 def unindexed_neighbours(
     batch: Sequence[Candidate],
-    vectors: Mapping[int, Sequence[float]],
+    vectors: Mapping[int, Vector],
     unindexed: Sequence[Unindexed],
     min_similarity: float,
 ) -> dict[int, list[tuple[str, float, str]]]:
@@ -201,7 +203,15 @@ def unindexed_neighbours(
     return out
 
 
-def _unit(rows: Sequence[Sequence[float] | np.ndarray]) -> np.ndarray:
+def unit_rows(vectors: Mapping[int, Vector]) -> dict[int, np.ndarray]:
+    """``vectors`` as unit float32 rows, by the same keys, converted in one call: the checks
+    that take them convert again only arrays, which costs little next to lists of floats."""
+    if not vectors:
+        return {}
+    return dict(zip(vectors, _unit(list(vectors.values())), strict=True))
+
+
+def _unit(rows: Sequence[Vector]) -> np.ndarray:
     m = np.asarray(rows, dtype=np.float32)
     m /= np.maximum(np.linalg.norm(m, axis=1, keepdims=True), 1e-12)
     return m

@@ -2,6 +2,7 @@
 
 from datetime import UTC, datetime
 
+import numpy as np
 import pytest
 
 from memstream.pipeline.dedupe import (
@@ -10,6 +11,7 @@ from memstream.pipeline.dedupe import (
     group_of,
     key,
     unindexed_neighbours,
+    unit_rows,
 )
 from memstream.schemas.ids import content_hash, memory_id
 from memstream.schemas.memory import Candidate, MemoryType, Owner, Scope
@@ -137,3 +139,26 @@ def test_unindexed_neighbours_are_same_group_and_close_best_first() -> None:
     ]
     assert found[0][0][1] == pytest.approx(1.0)
     assert unindexed_neighbours(batch, {0: [1.0, 0.0]}, [], 0.9) == {}
+
+
+def test_unit_rows_feed_both_checks_as_the_lists_do() -> None:
+    """The batch's vectors made unit float32 rows once, by position, give both checks the
+    same answers as the lists of floats they were made from; none in, none out."""
+    batch = [cand("a"), cand("b"), cand("c")]
+    vectors = {0: [3.0, 0.0], 2: [2.0, 0.2]}
+    units = unit_rows(vectors)
+    assert list(units) == [0, 2]
+    assert all(u.dtype == np.float32 for u in units.values())
+    assert np.linalg.norm(units[0]) == pytest.approx(1.0) and units[0][0] == pytest.approx(1.0)
+    from_units, from_lists = (
+        batch_neighbours(batch, units, 0.99),
+        batch_neighbours(batch, vectors, 0.99),
+    )
+    assert from_units == {2: [(0, pytest.approx(from_lists[2][0][1]))]}
+    waiting = [Unindexed("m", group_of(batch[0]), [1.0, 0.0], "a")]
+    by_units = unindexed_neighbours(batch, units, waiting, 0.9)
+    by_lists = unindexed_neighbours(batch, vectors, waiting, 0.9)
+    assert set(by_units) == set(by_lists) == {0, 2}
+    for i, found in by_units.items():
+        assert [(m, pytest.approx(sim), t) for m, sim, t in by_lists[i]] == found
+    assert unit_rows({}) == {}
