@@ -12,9 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import time
 import uuid
-from collections import deque
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -26,6 +24,7 @@ from nats.errors import TimeoutError as NatsTimeout
 from nats.js.api import ConsumerConfig, DeliverPolicy
 from pydantic import ValidationError
 
+from memstream.console.overview import Rates, summary
 from memstream.schemas.commands import VERBS, CommandReply
 from memstream.schemas.errors import ErrorReply, describe
 from memstream.schemas.memory import MemoryEvent
@@ -48,7 +47,6 @@ from memstream.schemas.subjects import (
 AUDIT_TENANT = "_console"  # audit events of actions that concern no tenant (login, logout)
 STREAM_KINDS = ("turns", "stages", "events", "dlq")
 STATS_WAIT_S = 0.3  # how long to collect workers' stats answers (after the first: 50 ms)
-RATE_WINDOW_S = 15.0
 SHOWN_CHARS = 256 * 1024  # of a dead letter's body
 HIDDEN = "(hidden: no worker answered to redact it)"
 EVENT_SCAN = 2000  # how far back the events page looks for one tenant's events
@@ -92,9 +90,7 @@ class ConsoleBackend:
     # them (the gateway's) needs no redaction key
     redactor: Redacts | None = None
     owns_connection: bool = False
-    _samples: deque[tuple[float, dict[str, float]]] = field(
-        default_factory=lambda: deque(maxlen=120)
-    )
+    _rates: Rates = field(default_factory=Rates)
 
     @classmethod
     async def connect(
@@ -182,91 +178,9 @@ class ConsoleBackend:
         return {"consumers": consumers, "streams": streams, "dlq": dlq}
 
     async def overview(self) -> dict[str, Any]:
+        """The overview page's figures (``console/overview.py``)."""
         workers, jet = await asyncio.gather(self.worker_stats(), self.jetstream())
-        totals: dict[str, float] = {}
-        stages: dict[str, dict[str, Any]] = {}
-        for stage in STAGES:
-            row: dict[str, Any] = {
-                k: sum(w.get("stages", {}).get(stage, {}).get(k, 0) for w in workers)
-                for k in (
-                    "processed",
-                    "acked",
-                    "fused",
-                    "retried",
-                    "dead_lettered",
-                    "outputs",
-                    "busy_s",
-                )
-            }
-            row["consumer"] = jet["consumers"][stage]
-            row["dlq_waiting"] = jet["dlq"].get(stage, 0)
-            stages[stage] = row
-            # a fused chain hands the stage its work in memory: that is throughput too
-            totals[f"done:{stage}"] = row["acked"] + row["fused"]
-        served = sum(w.get("recall", {}).get("served", 0) for w in workers)
-        failed = sum(w.get("recall", {}).get("failed", 0) for w in workers)
-        totals["recall"] = served + failed
-        rates = self._rates(totals)
-        for stage in STAGES:
-            stages[stage]["per_s"] = rates.get(f"done:{stage}")
-        latencies = sorted(x for w in workers for x in w.get("recall", {}).get("latencies_ms", []))
-        hits = sum((w.get("cache") or {}).get("hits", 0) for w in workers)
-        misses = sum((w.get("cache") or {}).get("misses", 0) for w in workers)
-        health = [("NATS (console)", bool(self.nc.is_connected), "connected")]
-        if not workers:
-            health.append(("workers", False, "no worker answered"))
-        for w in workers:
-            name = w.get("worker", "?")
-            for dep, state in (w.get("health") or {}).items():
-                ok = bool(state.get("ok"))
-                detail = "ok" if ok else state.get("error", "down")
-                health.append((f"{dep} ({name})", ok, str(detail)))
-        first = workers[0] if workers else {}
-        # the index's count from a worker whose roles open it (an extract/redact one does not)
-        owner: dict[str, Any] = next((w for w in workers if "index" in (w.get("health") or {})), {})
-        redactions: dict[str, int] = {}
-        for w in workers:
-            for label, n in (w.get("redactions") or {}).items():
-                redactions[label] = redactions.get(label, 0) + n
-        return {
-            "redactions": dict(sorted(redactions.items(), key=lambda kv: -kv[1])),
-            "at": datetime.now(UTC),
-            "workers": len(workers),
-            "stages": stages,
-            "streams": jet["streams"],
-            "recall": {
-                "served": served,
-                "failed": failed,
-                "per_s": rates.get("recall"),
-                "p50": _percentile(latencies, 0.50),
-                "p95": _percentile(latencies, 0.95),
-                "samples": len(latencies),
-            },
-            "cache": {
-                "hits": hits,
-                "misses": misses,
-                "rate": hits / (hits + misses) if hits + misses else None,
-            },
-            # every worker counts the same shared stores: one answer, not a sum
-            "counts": {
-                "postgres": (first.get("health") or {}).get("postgres", {}).get("count"),
-                "index": (owner.get("health") or {}).get("index", {}).get("count"),
-            },
-            "health": health,
-        }
-
-    def _rates(self, totals: dict[str, float]) -> dict[str, float]:
-        """Per-second rates of the totals over the last ~15 s of samples."""
-        now = time.monotonic()
-        while self._samples and now - self._samples[0][0] > RATE_WINDOW_S:
-            self._samples.popleft()
-        rates: dict[str, float] = {}
-        if self._samples and now - self._samples[0][0] > 0.5:
-            then, old = self._samples[0]
-            for key, value in totals.items():
-                rates[key] = max(0.0, value - old.get(key, 0.0)) / (now - then)
-        self._samples.append((now, dict(totals)))
-        return rates
+        return summary(workers, jet, self._rates, bool(self.nc.is_connected))
 
     # --- dead letters ---------------------------------------------------------------------
 
@@ -514,9 +428,3 @@ class ConsoleBackend:
 
 def _owner(caller: Caller) -> dict[str, str | None]:
     return {"user": caller.user, "agent": caller.agent}
-
-
-def _percentile(ordered: list[float], q: float) -> float | None:
-    if not ordered:
-        return None
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
