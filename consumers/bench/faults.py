@@ -15,7 +15,11 @@ the first of them and starts it again. ``helper_kill`` SIGKILLs the worker's hel
 
 The publisher keeps at most ``--ahead`` turns beyond what is stored, so publishing lasts the
 whole ingest and meets the NATS outage too; a publish that fails is retried with the same
-event id (``Nats-Msg-Id``), so a turn whose PubAck was lost is stored once.
+event id (``Nats-Msg-Id``), so a turn whose PubAck was lost is stored once. Until a fault is
+made, it publishes no more than ``--ahead`` turns past the one at which that fault is due
+(``Gate``): a fault the pipeline works through (the index away: memories go on being stored in
+Postgres) would otherwise let it store nearly every turn before the next fault, which would
+then meet no work. Each fault's row says how many turns were in flight when it was made.
 
 Targets: no turn lost or duplicated, the index holding exactly the memories Postgres holds,
 no dead letter, everything processed within 60 s of the end of the last fault, and every
@@ -37,6 +41,7 @@ import tempfile
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -87,21 +92,44 @@ async def _until(check: Callable[[], Awaitable[bool]], limit_s: float) -> bool:
     return False
 
 
+def due_share(k: int, faults: int) -> float:
+    """The share of the turns stored at which fault ``k`` (from 0) of ``faults`` is made."""
+    return (k + 1) / (faults + 1.5)
+
+
+@dataclass
+class Gate:
+    """How many turns the publisher may have published: ``ahead`` past the turn at which the
+    next fault is due, until that fault is made; every turn once the plan is done."""
+
+    turns: int
+    faults: int
+    ahead: int
+    made: int = 0
+
+    def limit(self) -> int:
+        if self.made >= self.faults:
+            return self.turns
+        return min(self.turns, int(due_share(self.made, self.faults) * self.turns) + self.ahead)
+
+
 async def _inject_all(
     services: Services,
     plan: list[str],
     progress: Progress,
-    n: int,
+    publisher: Publisher,
+    gate: Gate,
     stall_limit_s: float,
     t0: float,
     watch: fleet.StatsWatch,
 ) -> list[dict[str, Any]]:
     """Each fault of the plan once, in order, when its share of the turns is stored (an extra
-    process is killed once it holds work: it has handled work of its stages)."""
+    process is killed once it holds work: it has handled work of its stages); the gate opens
+    to the next fault's share once one is made."""
     log: list[dict[str, Any]] = []
+    n = gate.turns
     for k, fault in enumerate(plan):
-        share = (k + 1) / (len(plan) + 1.5)
-        while progress.events < share * n:
+        while progress.events < due_share(k, len(plan)) * n:
             if time.monotonic() - progress.seen_at > stall_limit_s:
                 print(f"  no turn stored for {stall_limit_s:.0f} s: plan stopped", file=sys.stderr)
                 return log
@@ -111,13 +139,16 @@ async def _inject_all(
         if fault == "extra_kill" and not await watch.working(services.extras[0]):
             print("  the extra process to kill did no work within 30 s", file=sys.stderr)
         at = progress.events
+        in_flight = max(0, len(publisher.acked) - at)  # published, not stored yet
         print(f"  fault {k + 1}/{len(plan)}: {fault} at {at}/{n} stored", file=sys.stderr)
         down = await services.inject(fault)
+        gate.made += 1
         ended = time.monotonic()
         log.append(
             {
                 "fault": fault,
                 "at_stored": at,
+                "in_flight": in_flight,
                 "started_s": round(ended - down - t0, 1),
                 "down_s": round(down, 1),
                 "ended_at": ended,
@@ -196,11 +227,12 @@ async def _ingest(
         # more than a killed worker may hold unacked (a stage pulls 64 at a time): those come
         # back only after the ack deadline, and the publisher must not wait for them
         ahead = args.ahead or max(100, args.turns // 10)
-        publisher = Publisher(clients, progress, ahead)
+        gate = Gate(args.turns, len(args.faults), ahead)
+        publisher = Publisher(clients, progress, ahead, gate.limit)
         monitoring = asyncio.create_task(feed.monitor(probe, progress, stop))
         publishing = asyncio.create_task(publisher.run(to_publish))
         faults = await _inject_all(
-            services, args.faults, progress, args.turns, args.stall_limit_s, t0, watch
+            services, args.faults, progress, publisher, gate, args.stall_limit_s, t0, watch
         )
         with contextlib.suppress(TimeoutError):  # a stalled pipeline holds the publisher
             await asyncio.wait_for(asyncio.shield(publishing), args.drain_limit_s)
@@ -397,11 +429,14 @@ def main(args: argparse.Namespace) -> int:
         f"\nfaults during ingest: {r['turns']:,} turns, {r['tenants']} tenants, "
         f"{r['total_s']} s in all (worker start-up {r['worker_startup_s']} s)"
     )
-    print(f"  {'fault':<15}{'at stored':>12}{'started':>10}{'away':>8}{'next stored':>13}")
+    print(
+        f"  {'fault':<15}{'at stored':>12}{'in flight':>11}{'started':>10}{'away':>8}"
+        f"{'next stored':>13}"
+    )
     for f in r["faults"]:
         nxt = "-" if f["next_stored_after_s"] is None else f"+{f['next_stored_after_s']} s"
         print(
-            f"  {f['fault']:<15}{f['at_stored']:>12,}{f['started_s']:>9} s"
+            f"  {f['fault']:<15}{f['at_stored']:>12,}{f['in_flight']:>11,}{f['started_s']:>9} s"
             f"{f['down_s']:>6} s{nxt:>13}"
         )
     drain = r["drain_after_last_fault_s"]

@@ -12,6 +12,7 @@ import contextlib
 import random
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -77,6 +78,8 @@ class Publisher:
     clients: dict[str, MemoryClient]
     progress: Progress
     ahead: int
+    # how many turns may be published by now, if fewer than all (the faults bench's plan)
+    limit: Callable[[], int] | None = None
     acked: set[str] = field(default_factory=set)
     retries: int = 0
     duplicate_acks: int = 0
@@ -89,7 +92,7 @@ class Publisher:
 
         async def lane() -> None:
             for event in queue:
-                while len(self.acked) - self.progress.events >= self.ahead:
+                while self.held():
                     self.progress.changed.clear()
                     with contextlib.suppress(TimeoutError):
                         await asyncio.wait_for(self.progress.changed.wait(), 1.0)
@@ -97,6 +100,14 @@ class Publisher:
 
         await asyncio.gather(*(lane() for _ in range(concurrency)))
         self.took_s = time.monotonic() - started
+
+    def held(self) -> bool:
+        """Whether the next publish waits: ``ahead`` turns beyond what is stored, or as
+        many as ``limit`` allows now."""
+        published = len(self.acked)
+        if published - self.progress.events >= self.ahead:
+            return True
+        return self.limit is not None and published >= self.limit()
 
     async def _publish(self, event: TurnEvent) -> None:
         pause = 0.2

@@ -1,0 +1,48 @@
+"""The faults bench's plan: when each fault is due, and how far the publisher may run ahead of
+it, so that a fault the pipeline works through does not leave the next one with no work."""
+
+from __future__ import annotations
+
+from memstream.consumers.bench.faults import Gate, due_share
+from memstream.consumers.bench.publisher import Progress, Publisher
+
+
+def test_faults_are_due_at_rising_shares_short_of_the_end() -> None:
+    """Fault k of m is due once (k + 1) / (m + 1.5) of the turns are stored: in order, and the
+    last one still before the end, so turns remain to be stored after it."""
+    shares = [due_share(k, 7) for k in range(7)]
+    assert shares == sorted(shares) and shares[0] > 0 and shares[-1] < 0.9
+
+
+def test_the_gate_holds_the_publisher_near_the_next_fault_until_it_is_made() -> None:
+    """Until fault k is made, at most ``ahead`` turns past its due share may be published; once
+    made, the limit moves to the next fault's; after the last, every turn; never more than
+    there are."""
+    gate = Gate(turns=3000, faults=7, ahead=300)
+    assert gate.limit() == int(due_share(0, 7) * 3000) + 300
+    gate.made = 4  # e.g. the index taken away for 5 s: the pipeline still stores meanwhile
+    assert gate.limit() == int(due_share(4, 7) * 3000) + 300
+    assert gate.limit() < 3000 - 300  # so the fifth fault meets turns that are not stored yet
+    gate.made = 7
+    assert gate.limit() == 3000
+    assert Gate(turns=300, faults=1, ahead=1000).limit() == 300
+
+
+def test_the_publisher_waits_for_what_is_stored_and_for_the_limit() -> None:
+    """A publish waits while ``ahead`` turns are published beyond those stored, and while the
+    limit is reached; otherwise it goes."""
+    progress = Progress()
+    limit = [10]
+    p = Publisher({}, progress, ahead=5, limit=lambda: limit[0])
+    p.acked.update(f"e{i}" for i in range(4))
+    assert not p.held()
+    p.acked.update(f"e{i}" for i in range(4, 5))
+    assert p.held()  # 5 published, none stored
+    progress.events = 5
+    assert not p.held()
+    p.acked.update(f"e{i}" for i in range(5, 10))
+    progress.events = 9
+    assert p.held()  # the limit: 10 published
+    limit[0] = 20
+    assert not p.held()
+    assert not Publisher({}, progress, ahead=5).held()
