@@ -234,6 +234,7 @@ async def _ingest(
         faults = await _inject_all(
             services, args.faults, progress, publisher, gate, args.stall_limit_s, t0, watch
         )
+        gate.made = gate.faults  # a plan stopped early (a stall) holds the publisher no longer
         with contextlib.suppress(TimeoutError):  # a stalled pipeline holds the publisher
             await asyncio.wait_for(asyncio.shield(publishing), args.drain_limit_s)
         last_fault = faults[-1]["ended_at"] if faults else time.monotonic()
