@@ -113,7 +113,7 @@ class Gate:
         return min(self.turns, int(due_share(self.made, self.faults) * self.turns) + self.ahead)
 
 
-async def _inject_all(
+async def inject_plan(
     services: Services,
     plan: list[str],
     progress: Progress,
@@ -125,14 +125,34 @@ async def _inject_all(
 ) -> list[dict[str, Any]]:
     """Each fault of the plan once, in order, when its share of the turns is stored (an extra
     process is killed once it holds work: it has handled work of its stages); the gate opens
-    to the next fault's share once one is made."""
+    to the next fault's share once one is made, and all the way when the plan ends, however
+    it ends (a stall, a fault that fails): the publisher then finishes, and the report
+    counts what was lost."""
     log: list[dict[str, Any]] = []
+    try:
+        await _inject_each(services, plan, progress, publisher, gate, stall_limit_s, t0, watch, log)
+    finally:
+        gate.made = gate.faults
+    return log
+
+
+async def _inject_each(
+    services: Services,
+    plan: list[str],
+    progress: Progress,
+    publisher: Publisher,
+    gate: Gate,
+    stall_limit_s: float,
+    t0: float,
+    watch: fleet.StatsWatch,
+    log: list[dict[str, Any]],
+) -> None:
     n = gate.turns
     for k, fault in enumerate(plan):
         while progress.events < due_share(k, len(plan)) * n:
             if time.monotonic() - progress.seen_at > stall_limit_s:
                 print(f"  no turn stored for {stall_limit_s:.0f} s: plan stopped", file=sys.stderr)
-                return log
+                return
             progress.changed.clear()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(progress.changed.wait(), 1.0)
@@ -154,7 +174,6 @@ async def _inject_all(
                 "ended_at": ended,
             }
         )
-    return log
 
 
 async def run(args: argparse.Namespace, base: Path) -> dict[str, Any]:
@@ -231,10 +250,9 @@ async def _ingest(
         publisher = Publisher(clients, progress, ahead, gate.limit)
         monitoring = asyncio.create_task(feed.monitor(probe, progress, stop))
         publishing = asyncio.create_task(publisher.run(to_publish))
-        faults = await _inject_all(
+        faults = await inject_plan(
             services, args.faults, progress, publisher, gate, args.stall_limit_s, t0, watch
         )
-        gate.made = gate.faults  # a plan stopped early (a stall) holds the publisher no longer
         with contextlib.suppress(TimeoutError):  # a stalled pipeline holds the publisher
             await asyncio.wait_for(asyncio.shield(publishing), args.drain_limit_s)
         last_fault = faults[-1]["ended_at"] if faults else time.monotonic()

@@ -3,7 +3,12 @@ it, so that a fault the pipeline works through does not leave the next one with 
 
 from __future__ import annotations
 
-from memstream.consumers.bench.faults import Gate, due_share
+import asyncio
+from typing import Any
+
+import pytest
+
+from memstream.consumers.bench.faults import Gate, due_share, inject_plan
 from memstream.consumers.bench.publisher import Progress, Publisher
 
 
@@ -46,3 +51,35 @@ def test_the_publisher_waits_for_what_is_stored_and_for_the_limit() -> None:
     limit[0] = 20
     assert not p.held()
     assert not Publisher({}, progress, ahead=5).held()
+
+
+class Failing:
+    """A fleet whose every fault fails to be made (a server that would not start again)."""
+
+    extras: list[object] = []
+
+    async def inject(self, fault: str) -> float:
+        raise RuntimeError(f"{fault} failed")
+
+
+def _plan(progress: Progress, gate: Gate, stall_limit_s: float) -> list[dict[str, Any]]:
+    publisher = Publisher({}, progress, ahead=gate.ahead, limit=gate.limit)
+    fleet: Any = Failing()
+    watch: Any = None  # no extra process in this plan: never asked
+    faults = ["worker_kill", "nats_kill"]
+    run = inject_plan(fleet, faults, progress, publisher, gate, stall_limit_s, 0.0, watch)
+    return asyncio.run(run)
+
+
+def test_a_plan_that_ends_early_opens_the_gate_for_every_turn() -> None:
+    """A plan stopped by a stall (nothing stored for longer than the limit), or by a fault
+    that fails, no longer holds the publisher: it may publish every turn, and the report
+    counts what was lost instead of the run hanging."""
+    gate = Gate(turns=3000, faults=2, ahead=300)
+    assert gate.limit() < 3000
+    assert _plan(Progress(seen_at=0.0), gate, 0.0) == []  # nothing stored since long ago
+    assert gate.limit() == 3000
+    gate = Gate(turns=3000, faults=2, ahead=300)
+    with pytest.raises(RuntimeError, match="worker_kill failed"):
+        _plan(Progress(events=3000), gate, 60.0)  # the first fault is due at once, and fails
+    assert gate.limit() == 3000
