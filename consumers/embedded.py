@@ -24,9 +24,20 @@ PG_SYSTEM_USER = "embedded_postgres"  # postgres refuses to run as root
 
 
 def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    return free_ports(1)[0]
+
+
+def free_ports(n: int) -> list[int]:
+    """``n`` distinct free ports on loopback. Chosen together, while each is held: ports
+    taken one at a time and released may repeat (a cluster's node got its route port as its
+    client port, and could not start)."""
+    with contextlib.ExitStack() as held:
+        socks = [
+            held.enter_context(socket.socket(socket.AF_INET, socket.SOCK_STREAM)) for _ in range(n)
+        ]
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return [int(s.getsockname()[1]) for s in socks]
 
 
 def wait_for_port(port: int, timeout: float, proc: subprocess.Popen[bytes] | None = None) -> None:
@@ -65,7 +76,7 @@ class EmbeddedNats:
         ``config``: a configuration file to load first (the command line's address, ports and
         JetStream settings win), e.g. the auth.conf of ``memstream creds init``."""
         data_dir.mkdir(parents=True, exist_ok=True)
-        port, mport = free_port(), free_port()
+        port, mport = free_ports(2)
         server = cls(f"nats://127.0.0.1:{port}", f"http://127.0.0.1:{mport}", None, data_dir)  # type: ignore[arg-type]
         server.extra = list(extra or [])
         server.config = config

@@ -22,7 +22,7 @@ import pytest
 from memstream.consumers import creds
 from memstream.consumers.app import Worker
 from memstream.consumers.cache import RecallCache
-from memstream.consumers.embedded import free_port, nats_server_binary, wait_for_port
+from memstream.consumers.embedded import free_ports, nats_server_binary, wait_for_port
 from memstream.consumers.run import make_vector_index
 from memstream.consumers.services import Services
 from memstream.consumers.topology import drained, topology
@@ -55,8 +55,8 @@ class Node:
     compose gives them. The cluster port is not given as ``--cluster``: that flag replaces
     the file's route authorization with its URL's user and password."""
 
-    def __init__(self, home: Path, name: str, cluster_port: int, routes: str) -> None:
-        self.home, self.port, self.monitor = home, free_port(), free_port()
+    def __init__(self, home: Path, name: str, ports: tuple[int, int, int], routes: str) -> None:
+        self.home, (self.port, self.monitor, cluster_port) = home, ports
         self.cluster_port = cluster_port
         self.url, self.monitor_url = (
             f"nats://127.0.0.1:{self.port}",
@@ -94,17 +94,20 @@ class Node:
 def cluster(tmp_path: Path, authority: Path) -> Iterator[list[Node]]:
     """Three nodes, each on the shipped nats.conf with the same auth.conf and routes.conf
     beside it."""
-    ports = [free_port() for _ in range(3)]
+    # every node's client, monitoring and route ports, all distinct
+    ports = free_ports(9)
+    cluster_ports = ports[6:]
     password = creds.route_password(authority)  # routes carry it: routes.conf requires it
-    routes = ",".join(creds.route_url(password, f"127.0.0.1:{p}") for p in ports)
+    routes = ",".join(creds.route_url(password, f"127.0.0.1:{p}") for p in cluster_ports)
     nodes: list[Node] = []
     try:
-        for i, port in enumerate(ports):
+        for i, port in enumerate(cluster_ports):
             home = tmp_path / f"n{i + 1}"
             home.mkdir()
             for name in (creds.AUTH_CONF, creds.ROUTES_CONF):
                 shutil.copy(authority / name, home / name)
-            nodes.append(Node(home, f"nats-{i + 1}", port, routes))
+            own = (ports[2 * i], ports[2 * i + 1], port)
+            nodes.append(Node(home, f"nats-{i + 1}", own, routes))
         yield nodes
     finally:
         for node in nodes:
@@ -295,10 +298,10 @@ async def test_a_node_without_the_route_password_cannot_join(
     cluster and receive every account's messages), while the three nodes route to each
     other."""
     await _until(lambda: asyncio.to_thread(_meta_ready, cluster[0]), 30, "a JetStream leader")
-    port, monitor = free_port(), free_port()
+    port, monitor, route = free_ports(3)
     args = [nats_server_binary(), "-a", "127.0.0.1", "-p", str(port), "-m", str(monitor)]
     args += ["--name", "intruder", "--cluster_name", "memstream"]
-    args += ["--cluster", f"nats://127.0.0.1:{free_port()}"]
+    args += ["--cluster", f"nats://127.0.0.1:{route}"]
     args += ["--routes", f"nats://127.0.0.1:{cluster[0].cluster_port}"]
     intruder = await asyncio.to_thread(
         subprocess.Popen, args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
