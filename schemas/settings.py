@@ -19,7 +19,11 @@ ROLES: tuple[Role, ...] = ("extract", "redact", "dedupe", "store", "recall")
 
 class StageSettings(BaseModel):
     max_deliver: int = Field(default=8, ge=1)
-    ack_wait_s: float = Field(default=30.0, gt=0)
+    # How long a pulled message may go unacked before JetStream delivers it again: what a
+    # killed worker's batch waits before another process (or the restarted one) takes it.
+    # A batch being handled renews its deadline every third of this (consumers/outage.py),
+    # so it bounds only a process that died or froze, not a slow batch (docs/ingest.md).
+    ack_wait_s: float = Field(default=10.0, gt=0)
     batch_size: int = Field(default=128, ge=1, le=1000)
     # Each stage takes its pull batch as one unit (consumers/batching.py, docs/ingest.md);
     # false: one message per handler call, the path a batch falls back to for a message that
