@@ -17,51 +17,30 @@ Failures: a child that exits (killed, out of memory) fails the calls waiting on 
 kept in Postgres unindexed, dedupe exact only, the maintenance loop indexing them later), and
 the next call starts a new child. Recall has no responder until the new child answers; the
 agent's request times out, as when a worker restarts.
+
+The child's own side is consumers/indexchild.py; the frames both speak, consumers/indexwire.py.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import ctypes
 import itertools
 import multiprocessing
-import os
 import pickle
-import signal
 import socket
-import struct
-import threading
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from memstream.consumers import loops
-from memstream.consumers.helper import _exit_with, retrieved, usable_cpus
-from memstream.consumers.logs import configure, log
+from memstream.consumers import indexchild, indexwire
+from memstream.consumers.helper import retrieved, usable_cpus
+from memstream.consumers.logs import log
 from memstream.consumers.outage import Backoff
-from memstream.schemas.errors import MemstreamError, StorageUnavailable
+from memstream.schemas.errors import StorageUnavailable
 from memstream.schemas.settings import Settings
 from memstream.storage.ports import Record, RecordHit, VectorFilter, VectorPoint
 
-_FRAME = struct.Struct("!QI")  # request id, payload length
-# the calls a worker may make: the VectorIndex port's methods, nothing else of the adapter
-_METHODS = frozenset(
-    {
-        "ensure",
-        "upsert",
-        "search",
-        "search_many",
-        "search_sparse",
-        "fetch",
-        "delete",
-        "count",
-        "optimize",
-    }
-)
-# what the worker asks around an optimize that builds (``Maintenance``): whether it would,
-# and this process's recall responder off and on again, while the worker answers recall
-_RECALL_HANDOVER = frozenset({"optimize_builds", "recall_off", "recall_on"})
 START_TIMEOUT_S = 120.0  # loading the model, connecting, opening the shard
 # after a failed start, calls fail at once for a pause that doubles from 2 s up to 60 s (each
 # start loads the model: a shard that never opens must not keep a core busy)
@@ -70,17 +49,6 @@ RESPAWN_PAUSE_S = (2.0, 60.0)
 
 class IndexProcessGone(StorageUnavailable):
     """The index process exited (killed, out of memory) before it answered."""
-
-
-NAME = b"memstream-index"  # the process's name, 15 bytes at most
-PR_SET_PDEATHSIG, PR_SET_NAME = 1, 15
-
-
-def _linux_prctl(option: int, value: int | bytes) -> None:
-    """``prctl(2)`` where there is one (Linux); nothing elsewhere."""
-    with contextlib.suppress(OSError, AttributeError):
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(option, value, 0, 0, 0)
 
 
 def wanted(settings: Settings) -> bool:
@@ -102,121 +70,6 @@ def without_recall(settings: Settings) -> Settings:
     return settings.model_copy(
         update={"stages": tuple(r for r in settings.stages if r != "recall")}
     )
-
-
-def _frame(rid: int, answer: tuple[Any, ...]) -> bytes:
-    try:
-        data = pickle.dumps(answer, protocol=pickle.HIGHEST_PROTOCOL)
-    except Exception as exc:  # noqa: BLE001 - an answer that does not pickle: its type only
-        data = pickle.dumps(("error", StorageUnavailable(f"index process: {type(exc).__name__}")))
-    return _FRAME.pack(rid, len(data)) + data
-
-
-async def _read(reader: asyncio.StreamReader) -> tuple[int, bytes]:
-    rid, size = _FRAME.unpack(await reader.readexactly(_FRAME.size))
-    return rid, await reader.readexactly(size)
-
-
-# -- the child --------------------------------------------------------------------------
-
-
-async def _handover(method: str, worker: Any, vectors: Any) -> bool:
-    try:
-        if method == "optimize_builds":
-            return bool(vectors.optimize_builds())
-        if method == "recall_off":
-            await worker.recall_off()
-        else:
-            await worker.recall_on()
-    except MemstreamError:
-        raise
-    except Exception as exc:  # a NATS error: the worker sees an outage, and says which step
-        raise StorageUnavailable(f"index process: {method} failed ({type(exc).__name__})") from exc
-    return True
-
-
-def _child(
-    sock: socket.socket, settings: Settings, nats_url: str, dsn: str, key: bytes, schema: str
-) -> None:
-    # Ctrl-C reaches the whole process group: the worker stops the child, not the signal
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    # A worker killed outright cannot stop its child, and the child holds the shard's lock,
-    # which the worker started again in its place needs: the kernel kills the child with its
-    # worker (Linux), else the child leaves on its own within PARENT_CHECK_S.
-    _linux_prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-    _linux_prctl(PR_SET_NAME, NAME)  # /proc/<pid>/comm: tells it from the helper process
-    threading.Thread(target=_exit_with, args=(os.getppid(),), daemon=True).start()
-    loops.run(_child_main(sock, settings, nats_url, dsn, key, schema), settings.event_loop)
-
-
-async def _child_main(
-    sock: socket.socket, settings: Settings, nats_url: str, dsn: str, key: bytes, schema: str
-) -> None:
-    from memstream.consumers.app import Worker, quieter_gc
-    from memstream.consumers.redaction_key import make_redactor
-    from memstream.consumers.run import make_vector_index
-    from memstream.consumers.services import Services
-    from memstream.storage.embedding import make_embedder
-    from memstream.storage.postgres import PgStore
-
-    configure(settings.log_level)
-    reader, writer = await asyncio.open_connection(sock=sock)
-    try:
-        embedder = make_embedder(settings.embedding_model, settings.embedding_path)
-        redactor = make_redactor(settings, key)
-        pg = await PgStore.connect(dsn, schema=schema)
-        vectors = make_vector_index(settings, embedder.dim)
-        try:
-            await vectors.ensure(embedder.dim)
-        except StorageUnavailable:  # as the worker starts: degraded, maintenance retries
-            log.warning("startup.vector_index_unreachable", action="starting degraded")
-        mine = settings.model_copy(update={"stages": ("recall",)})
-        worker = Worker(Services(mine, pg, vectors, embedder, redactor), nats_url)
-        worker.dev_redaction_key = settings.redaction_key is None
-        await worker.start()
-    except Exception as exc:  # noqa: BLE001 - the worker's start raises it
-        writer.write(_frame(0, ("error", exc)))
-        await writer.drain()
-        return
-    quieter_gc()
-    writer.write(_frame(0, ("ready", None)))
-    log.info("index_process.started")
-    try:
-        while True:
-            try:
-                rid, data = await _read(reader)
-            except (asyncio.IncompleteReadError, ConnectionError):
-                break  # the worker closed its end, or is gone
-            answer: tuple[str, Any]
-            try:
-                method, args, kwargs = pickle.loads(data)
-            except Exception as exc:  # noqa: BLE001 - that call fails, the others go on
-                method, args, kwargs = f"<unreadable: {type(exc).__name__}>", (), {}
-            if method == "metrics":  # this process's series, for the worker's /metrics
-                answer = ("ok", worker.telemetry.render())
-            elif method in _RECALL_HANDOVER:
-                try:
-                    answer = ("ok", await _handover(method, worker, vectors))
-                except Exception as exc:  # noqa: BLE001 - raised again in the worker
-                    answer = ("error", exc)
-            elif method not in _METHODS:
-                answer = ("error", StorageUnavailable(f"index process: no method {method!r}"))
-            else:
-                try:
-                    answer = ("ok", await getattr(vectors, method)(*args, **kwargs))
-                except Exception as exc:  # noqa: BLE001 - raised again in the worker
-                    answer = ("error", exc)
-            writer.write(_frame(rid, answer))
-            if writer.transport.get_write_buffer_size() > 1 << 20:
-                await writer.drain()
-    finally:
-        with contextlib.suppress(Exception):
-            await worker.stop()
-        await vectors.close()
-        await pg.close()
-
-
-# -- the worker's side ------------------------------------------------------------------
 
 
 class RemoteIndex:
@@ -263,14 +116,14 @@ class RemoteIndex:
         ctx = multiprocessing.get_context("spawn")
         mine, theirs = socket.socketpair()
         proc = ctx.Process(
-            target=_child, args=(theirs, *self._args), name="memstream-index", daemon=True
+            target=indexchild.main, args=(theirs, *self._args), name="memstream-index", daemon=True
         )
         proc.start()
         theirs.close()
         reader, writer = await asyncio.open_connection(sock=mine)
         try:
             async with asyncio.timeout(START_TIMEOUT_S):
-                _, data = await _read(reader)
+                _, data = await indexwire.read(reader)
             kind, value = pickle.loads(data)
         except (TimeoutError, asyncio.IncompleteReadError, ConnectionError):
             kind, value = "error", IndexProcessGone("the index process did not start")
@@ -288,10 +141,10 @@ class RemoteIndex:
     async def _answers(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             while True:
-                rid, data = await _read(reader)
+                rid, data = await indexwire.read(reader)
                 fut = self._pending.pop(rid, None)
                 if fut is not None and not fut.done():
-                    fut.set_result(_answer_of(data))
+                    fut.set_result(indexwire.answer_of(data))
         except (asyncio.IncompleteReadError, ConnectionError, OSError):
             pass
         if self._writer is writer:
@@ -351,7 +204,7 @@ class RemoteIndex:
         rid = next(self._ids)
         fut: asyncio.Future[tuple[str, Any]] = asyncio.get_running_loop().create_future()
         self._pending[rid] = fut
-        writer.write(_frame(rid, (method, args, kwargs)))
+        writer.write(indexwire.frame(rid, (method, args, kwargs)))
         with contextlib.suppress(ConnectionError):  # the reader sees the end, fails the call
             await writer.drain()
         kind, value = await fut
@@ -445,18 +298,6 @@ class RemoteIndex:
         if self._proc is not None:
             await asyncio.to_thread(_stop, self._proc, 30)
             self._proc = None
-
-
-def _answer_of(data: bytes) -> tuple[str, Any]:
-    """An answer of the index process, or the error that fails its call if it cannot be
-    read (an exception that does not unpickle): that call fails, never waits for ever."""
-    try:
-        answer: tuple[str, Any] = pickle.loads(data)
-    except Exception as exc:  # noqa: BLE001 - any unreadable answer
-        return "error", StorageUnavailable(
-            f"index process: unreadable answer ({type(exc).__name__})"
-        )
-    return answer
 
 
 def _stop(proc: Any, wait_s: float) -> None:

@@ -17,9 +17,8 @@ The publisher keeps at most ``--ahead`` turns beyond what is stored, so publishi
 whole ingest and meets the NATS outage too; a publish that fails is retried with the same
 event id (``Nats-Msg-Id``), so a turn whose PubAck was lost is stored once. Until a fault is
 made, it publishes no more than ``--ahead`` turns past the one at which that fault is due
-(``Gate``): a fault the pipeline works through (the index away: memories go on being stored in
-Postgres) would otherwise let it store nearly every turn before the next fault, which would
-then meet no work. Each fault's row says how many turns were in flight when it was made.
+(``Gate``, consumers/bench/fault_plan.py). Each fault's row says how many turns were in
+flight when it was made.
 
 Targets: no turn lost or duplicated, the index holding exactly the memories Postgres holds,
 no dead letter, everything processed within 60 s of the end of the last fault, and every
@@ -41,7 +40,6 @@ import tempfile
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +48,7 @@ import nats
 from memstream.consumers.bench import fleet
 from memstream.consumers.bench import publisher as feed
 from memstream.consumers.bench.conversations import sessions, turns
+from memstream.consumers.bench.fault_plan import KINDS, PLAN, Gate, inject_plan
 from memstream.consumers.bench.processes import Services, WorkerProcess
 from memstream.consumers.bench.publisher import EPISODE_EVENTS, Probe, Progress, Publisher
 from memstream.consumers.dlq import dead_letters
@@ -69,16 +68,6 @@ FROM (SELECT e, array_agg(m.id::text) AS ids, array_agg(m.id) AS mids
       FROM memories m, unnest(m.source_event_ids) e
       WHERE m.type = 'episode' AND m.deleted_at IS NULL
       GROUP BY e HAVING count(*) > 1 LIMIT 5) d"""
-PLAN = ["worker_kill", "nats_kill", "postgres_kill", "index_offline", "worker_kill"]
-KINDS = (
-    "worker_kill",
-    "nats_kill",
-    "postgres_kill",
-    "index_offline",
-    "extra_kill",
-    "helper_kill",
-    "index_kill",
-)
 DRAIN_TARGET_S = 60.0
 
 
@@ -90,90 +79,6 @@ async def _until(check: Callable[[], Awaitable[bool]], limit_s: float) -> bool:
                 return True
         await asyncio.sleep(0.25)
     return False
-
-
-def due_share(k: int, faults: int) -> float:
-    """The share of the turns stored at which fault ``k`` (from 0) of ``faults`` is made."""
-    return (k + 1) / (faults + 1.5)
-
-
-@dataclass
-class Gate:
-    """How many turns the publisher may have published: ``ahead`` past the turn at which the
-    next fault is due, until that fault is made; every turn once the plan is done."""
-
-    turns: int
-    faults: int
-    ahead: int
-    made: int = 0
-
-    def limit(self) -> int:
-        if self.made >= self.faults:
-            return self.turns
-        return min(self.turns, int(due_share(self.made, self.faults) * self.turns) + self.ahead)
-
-
-async def inject_plan(
-    services: Services,
-    plan: list[str],
-    progress: Progress,
-    publisher: Publisher,
-    gate: Gate,
-    stall_limit_s: float,
-    t0: float,
-    watch: fleet.StatsWatch,
-) -> list[dict[str, Any]]:
-    """Each fault of the plan once, in order, when its share of the turns is stored (an extra
-    process is killed once it holds work: it has handled work of its stages); the gate opens
-    to the next fault's share once one is made, and all the way when the plan ends, however
-    it ends (a stall, a fault that fails): the publisher then finishes, and the report
-    counts what was lost."""
-    log: list[dict[str, Any]] = []
-    try:
-        await _inject_each(services, plan, progress, publisher, gate, stall_limit_s, t0, watch, log)
-    finally:
-        gate.made = gate.faults
-    return log
-
-
-async def _inject_each(
-    services: Services,
-    plan: list[str],
-    progress: Progress,
-    publisher: Publisher,
-    gate: Gate,
-    stall_limit_s: float,
-    t0: float,
-    watch: fleet.StatsWatch,
-    log: list[dict[str, Any]],
-) -> None:
-    n = gate.turns
-    for k, fault in enumerate(plan):
-        while progress.events < due_share(k, len(plan)) * n:
-            if time.monotonic() - progress.seen_at > stall_limit_s:
-                print(f"  no turn stored for {stall_limit_s:.0f} s: plan stopped", file=sys.stderr)
-                return
-            progress.changed.clear()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(progress.changed.wait(), 1.0)
-        if fault == "extra_kill" and not await watch.working(services.extras[0]):
-            print("  the extra process to kill did no work within 30 s", file=sys.stderr)
-        at = progress.events
-        in_flight = max(0, len(publisher.acked) - at)  # published, not stored yet
-        print(f"  fault {k + 1}/{len(plan)}: {fault} at {at}/{n} stored", file=sys.stderr)
-        down = await services.inject(fault)
-        gate.made += 1
-        ended = time.monotonic()
-        log.append(
-            {
-                "fault": fault,
-                "at_stored": at,
-                "in_flight": in_flight,
-                "started_s": round(ended - down - t0, 1),
-                "down_s": round(down, 1),
-                "ended_at": ended,
-            }
-        )
 
 
 async def run(args: argparse.Namespace, base: Path) -> dict[str, Any]:

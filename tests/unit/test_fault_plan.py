@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from memstream.consumers.bench.faults import Gate, due_share, inject_plan
+from memstream.consumers.bench.fault_plan import Gate, due_share, inject_plan
 from memstream.consumers.bench.publisher import Progress, Publisher
 
 

@@ -10,7 +10,7 @@ import socket
 
 import pytest
 
-from memstream.consumers import indexproc
+from memstream.consumers import indexproc, indexwire
 from memstream.schemas.errors import StorageUnavailable
 from memstream.schemas.settings import Settings
 
@@ -33,11 +33,11 @@ async def test_an_unreadable_answer_fails_its_call_and_the_next_is_answered() ->
     child_reader, child_writer = await asyncio.open_connection(sock=theirs)
 
     async def child() -> None:
-        rid, _ = await indexproc._read(child_reader)
-        child_writer.write(indexproc._frame(rid, ("error", _TwoArgs("x", "y"))))
-        rid, data = await indexproc._read(child_reader)
+        rid, _ = await indexwire.read(child_reader)
+        child_writer.write(indexwire.frame(rid, ("error", _TwoArgs("x", "y"))))
+        rid, data = await indexwire.read(child_reader)
         assert pickle.loads(data)[0] == "count"
-        child_writer.write(indexproc._frame(rid, ("ok", 7)))
+        child_writer.write(indexwire.frame(rid, ("ok", 7)))
         await child_writer.drain()
 
     answering = asyncio.create_task(child())

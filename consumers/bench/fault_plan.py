@@ -1,0 +1,113 @@
+"""The fault suite's plan (consumers/bench/faults.py): which faults there are, when each is
+made (at its share of the turns stored), and the gate that holds the publisher until it is:
+without it, a fault the pipeline works through (the index away: memories go on being stored
+in Postgres) would let it store nearly every turn before the next fault, which would then
+meet no work."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import sys
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from memstream.consumers.bench import fleet
+from memstream.consumers.bench.processes import Services
+from memstream.consumers.bench.publisher import Progress, Publisher
+
+PLAN = ["worker_kill", "nats_kill", "postgres_kill", "index_offline", "worker_kill"]
+KINDS = (
+    "worker_kill",
+    "nats_kill",
+    "postgres_kill",
+    "index_offline",
+    "extra_kill",
+    "helper_kill",
+    "index_kill",
+)
+
+
+def due_share(k: int, faults: int) -> float:
+    """The share of the turns stored at which fault ``k`` (from 0) of ``faults`` is made."""
+    return (k + 1) / (faults + 1.5)
+
+
+@dataclass
+class Gate:
+    """How many turns the publisher may have published: ``ahead`` past the turn at which the
+    next fault is due, until that fault is made; every turn once the plan is done."""
+
+    turns: int
+    faults: int
+    ahead: int
+    made: int = 0
+
+    def limit(self) -> int:
+        if self.made >= self.faults:
+            return self.turns
+        return min(self.turns, int(due_share(self.made, self.faults) * self.turns) + self.ahead)
+
+
+async def inject_plan(
+    services: Services,
+    plan: list[str],
+    progress: Progress,
+    publisher: Publisher,
+    gate: Gate,
+    stall_limit_s: float,
+    t0: float,
+    watch: fleet.StatsWatch,
+) -> list[dict[str, Any]]:
+    """Each fault of the plan once, in order, when its share of the turns is stored (an extra
+    process is killed once it holds work: it has handled work of its stages); the gate opens
+    to the next fault's share once one is made, and all the way when the plan ends, however
+    it ends (a stall, a fault that fails): the publisher then finishes, and the report
+    counts what was lost."""
+    log: list[dict[str, Any]] = []
+    try:
+        await _inject_each(services, plan, progress, publisher, gate, stall_limit_s, t0, watch, log)
+    finally:
+        gate.made = gate.faults
+    return log
+
+
+async def _inject_each(
+    services: Services,
+    plan: list[str],
+    progress: Progress,
+    publisher: Publisher,
+    gate: Gate,
+    stall_limit_s: float,
+    t0: float,
+    watch: fleet.StatsWatch,
+    log: list[dict[str, Any]],
+) -> None:
+    n = gate.turns
+    for k, fault in enumerate(plan):
+        while progress.events < due_share(k, len(plan)) * n:
+            if time.monotonic() - progress.seen_at > stall_limit_s:
+                print(f"  no turn stored for {stall_limit_s:.0f} s: plan stopped", file=sys.stderr)
+                return
+            progress.changed.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(progress.changed.wait(), 1.0)
+        if fault == "extra_kill" and not await watch.working(services.extras[0]):
+            print("  the extra process to kill did no work within 30 s", file=sys.stderr)
+        at = progress.events
+        in_flight = max(0, len(publisher.acked) - at)  # published, not stored yet
+        print(f"  fault {k + 1}/{len(plan)}: {fault} at {at}/{n} stored", file=sys.stderr)
+        down = await services.inject(fault)
+        gate.made += 1
+        ended = time.monotonic()
+        log.append(
+            {
+                "fault": fault,
+                "at_stored": at,
+                "in_flight": in_flight,
+                "started_s": round(ended - down - t0, 1),
+                "down_s": round(down, 1),
+                "ended_at": ended,
+            }
+        )
