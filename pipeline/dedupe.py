@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -81,11 +82,15 @@ def word_overlap(a: str, b: str) -> float:
     return _overlap(_words(a), _words(b))
 
 
-def _words(text: str) -> set[str]:
-    return set(normalise_content(text).split())
+# The same stored texts come back as neighbours of many candidates (a session's memories,
+# short turns said again): their words and numbers are made once. Returned as frozensets, so
+# a cached value cannot be changed by a caller.
+@lru_cache(maxsize=8192)
+def _words(text: str) -> frozenset[str]:
+    return frozenset(normalise_content(text).split())
 
 
-def _overlap(wa: set[str], wb: set[str]) -> float:
+def _overlap(wa: frozenset[str], wb: frozenset[str]) -> float:
     if not wa or not wb:
         return 0.0
     return len(wa & wb) / len(wa | wb)
@@ -105,7 +110,7 @@ def near_duplicate(
     "the flight is at 11:30", whose fold would lose the new time. The candidate's own id
     never counts (a replay is an exact duplicate, not a near one)."""
     mine = numbers(content)
-    words: set[str] | None = None  # made once, for the first close neighbour
+    words: frozenset[str] | None = None  # made once, for the first close neighbour
     for mid, similarity, text in neighbours:
         if mid == own_id or similarity < min_similarity:
             continue
@@ -118,6 +123,7 @@ def near_duplicate(
 _NUMBER = re.compile(r"\d+(?:[.,:/]\d+)*")
 
 
+@lru_cache(maxsize=8192)
 def numbers(text: str) -> frozenset[str]:
     """The numbers ``text`` names (times, dates, amounts, versions), as written."""
     return frozenset(_NUMBER.findall(text))

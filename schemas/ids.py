@@ -37,10 +37,25 @@ _SEPARATORS = ("\x1f", "\x1e")
 _JSON_NAMESPACE = uuid.UUID("0d6b4c52-3f0e-4d8e-a1c7-9b2f5e8a6c13")
 
 
+_NAMESPACE_BYTES = _NAMESPACE.bytes
+
+
 def _uuid(parts: tuple[str, ...], joined: str) -> str:
-    if any(sep in part for part in parts for sep in _SEPARATORS):
+    together = "".join(parts)
+    if any(sep in together for sep in _SEPARATORS):
         return str(uuid.uuid5(_JSON_NAMESPACE, json.dumps(parts)))
-    return str(uuid.uuid5(_NAMESPACE, joined))
+    return _uuid5(_NAMESPACE_BYTES, joined)
+
+
+def _uuid5(namespace: bytes, name: str) -> str:
+    """``str(uuid.uuid5(UUID(bytes=namespace), name))``, the same string (RFC 4122's SHA-1
+    name-based UUID), without the ``UUID`` object: every stage derives several ids a
+    candidate, and the object and its ``str`` took 2/3 of each (5.9 against 2.1 us)."""
+    digest = bytearray(hashlib.sha1(namespace + name.encode("utf-8")).digest()[:16])
+    digest[6] = (digest[6] & 0x0F) | 0x50  # version 5
+    digest[8] = (digest[8] & 0x3F) | 0x80  # the RFC 4122 variant
+    x = digest.hex()
+    return f"{x[:8]}-{x[8:12]}-{x[12:16]}-{x[16:20]}-{x[20:]}"
 
 
 def owner_key(user: str | None, agent: str | None) -> str:

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from memstream.schemas.events import TurnEvent
-from memstream.schemas.ids import _NAMESPACE, derived_id, memory_id
+from memstream.schemas.ids import _NAMESPACE, _uuid5, derived_id, memory_id
 from memstream.schemas.subjects import Subjects, msg_id, token
 
 part = st.text(alphabet="ab\x1f\x1e", max_size=4)
@@ -48,6 +48,14 @@ def test_ids_without_separators_keep_their_stored_value() -> None:
     assert derived_id("acme", "e1", "episode", "0") == str(
         uuid.uuid5(_NAMESPACE, "acme\x1fe1\x1fepisode\x1f0")
     )
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.text(), st.uuids())
+def test_uuid5_is_the_standard_librarys(name: str, namespace: uuid.UUID) -> None:
+    """The ids are computed without ``uuid.UUID`` objects, and are the same strings for any
+    name (non-ASCII and surrogate-free Unicode included) under any namespace."""
+    assert _uuid5(namespace.bytes, name) == str(uuid.uuid5(namespace, name))
 
 
 @pytest.mark.parametrize("field", ["tenant", "user", "agent", "session", "event_id"])
