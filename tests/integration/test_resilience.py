@@ -20,7 +20,8 @@ pytestmark = pytest.mark.integration
 
 async def test_topology_is_applied_and_updated(nats_url, namespace) -> None:
     """Streams and durable consumers get exactly the configured settings; applying twice is a
-    no-op; a changed setting updates the existing consumer in place."""
+    no-op; a changed setting (the delivery limit, the ack deadline) updates the existing
+    consumer in place."""
     settings = Settings(
         nats_url=nats_url, namespace=namespace, stage=StageSettings(max_deliver=4, ack_wait_s=12)
     )
@@ -39,10 +40,11 @@ async def test_topology_is_applied_and_updated(nats_url, namespace) -> None:
         assert (
             str(getattr(stages.config.retention, "value", stages.config.retention)) == "workqueue"
         )
-        changed = settings.model_copy(update={"stage": StageSettings(max_deliver=7, ack_wait_s=12)})
+        changed = settings.model_copy(update={"stage": StageSettings(max_deliver=7, ack_wait_s=10)})
         await apply(js, changed)
         stream, cfg = topology(changed).consumers["store"]
-        assert (await js.consumer_info(stream, cfg.durable_name or "")).config.max_deliver == 7
+        updated = (await js.consumer_info(stream, cfg.durable_name or "")).config
+        assert (updated.max_deliver, updated.ack_wait) == (7, 10)
     finally:
         for s in topology(settings).streams:
             await js.delete_stream(s.name or "")
