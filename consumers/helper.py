@@ -161,6 +161,11 @@ class Helper:
     def __repr__(self) -> str:
         return f"Helper(running={self._child is not None}, key=<hidden>)"
 
+    @property
+    def pid(self) -> int | None:
+        """The helper process's id while one runs."""
+        return self._child.proc.pid if self._child is not None else None
+
     async def _spawn(self) -> _Child:
         ctx = multiprocessing.get_context("spawn")
         work_in, work_out = ctx.Pipe(duplex=False)

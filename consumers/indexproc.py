@@ -29,8 +29,10 @@ import itertools
 import multiprocessing
 import pickle
 import socket
+import threading
 import time
 from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from memstream.consumers import indexchild, indexwire
@@ -92,6 +94,11 @@ class RemoteIndex:
         self._closing = False
         self.restarts = 0
         self.spawned = 0  # processes started, the first included
+        # every index process is started from this one thread, whose nice value the worker
+        # never raises: an index process started again runs at the worker's original value
+        # (consumers/priority.py)
+        self._launcher = ThreadPoolExecutor(1, thread_name_prefix="memstream-index-launcher")
+        self.launcher_thread: int | None = None  # its thread id, once it has started one
 
     def __repr__(self) -> str:
         return f"RemoteIndex(running={self._writer is not None}, key=<hidden>)"
@@ -118,7 +125,8 @@ class RemoteIndex:
         proc = ctx.Process(
             target=indexchild.main, args=(theirs, *self._args), name="memstream-index", daemon=True
         )
-        proc.start()
+        # waited for on the loop, as a plain ``start`` is: a start is never left half done
+        self.launcher_thread = self._launcher.submit(_started, proc).result()
         theirs.close()
         reader, writer = await asyncio.open_connection(sock=mine)
         try:
@@ -298,6 +306,13 @@ class RemoteIndex:
         if self._proc is not None:
             await asyncio.to_thread(_stop, self._proc, 30)
             self._proc = None
+        self._launcher.shutdown(wait=False)
+
+
+def _started(proc: Any) -> int:
+    """Start ``proc``; the id of the thread that did (``RemoteIndex._launcher``)."""
+    proc.start()
+    return threading.get_native_id()
 
 
 def _stop(proc: Any, wait_s: float) -> None:

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
 
-from memstream.consumers import creds, helper, indexproc, loops, roles
+from memstream.consumers import creds, helper, indexproc, loops, priority, roles
 from memstream.consumers.app import Worker
 from memstream.consumers.cpulatency import CpuLatencyHold, hold_cpu_latency
 from memstream.consumers.embedded import EmbeddedNats, EmbeddedPostgres
@@ -162,6 +162,22 @@ def cpu_latency(us: int | None) -> CpuLatencyHold | None:
     return hold
 
 
+def _lower_ingest(
+    settings: Settings, remote: indexproc.RemoteIndex | None, child: helper.Helper | None
+) -> None:
+    """``MEMSTREAM_STAGE__INGEST_NICE`` for a worker that does not answer recall itself: its
+    threads, but the one that starts its index processes, and its helper process
+    (consumers/priority.py)."""
+    nice = settings.stage.ingest_nice
+    if not nice:
+        return
+    if "recall" in settings.stages:
+        log.warning("stage.ingest_nice_ignored", reason="this process answers recall itself")
+        return
+    keep = {remote.launcher_thread} if remote is not None and remote.launcher_thread else set()
+    priority.lower_ingest(nice, keep, child.pid if child is not None else None)
+
+
 async def serve(settings: Settings, announce: bool, dev_key: bool = False) -> int:
     """``dev_key``: without MEMSTREAM_REDACTION_KEY, use the state directory's random key
     (``memstream dev`` always may; ``memstream worker`` only with --dev-redaction-key)."""
@@ -178,6 +194,7 @@ async def serve(settings: Settings, announce: bool, dev_key: bool = False) -> in
         embedder = make_embedder(settings.embedding_model, settings.embedding_path)
         redactor = make_redactor(settings, key)  # before any server starts: a bad policy stops here
         stack = await Stack.open(settings, dim=embedder.dim)
+        remote: indexproc.RemoteIndex | None = None
         if indexproc.wanted(stack.settings):  # the shard opens (and locks) in that process
             remote = indexproc.RemoteIndex(
                 stack.settings, stack.nats_url, stack.database_url, key, stack.schema
@@ -191,6 +208,7 @@ async def serve(settings: Settings, announce: bool, dev_key: bool = False) -> in
         if roles.holds_index(settings.stages):  # a Qdrant Edge shard opens (and locks) here
             await ensure_index(worker)
         await worker.start()
+        _lower_ingest(stack.settings, remote, worker.services.helper)
         locked(settings.lock_memory)
         latency_hold = cpu_latency(settings.cpu_latency_us)
     except ConfigurationError as exc:

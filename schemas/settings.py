@@ -44,6 +44,11 @@ class StageSettings(BaseModel):
     # docs/ingest.md). Recall then no longer waits behind the stages' Python, and the engine's
     # work runs beside them. `memstream worker` and `memstream dev`, two or more CPUs.
     index_process: bool = True
+    # The nice value of a worker that does not answer recall itself (its index process does,
+    # or it runs only extract and redact), and of its helper: above 0, recall's processes win
+    # the cores when both want them, and memories take longer to become recallable
+    # (consumers/priority.py; docs/ingest.md). 0: the stages run at the worker's own value.
+    ingest_nice: int = Field(default=0, ge=0, le=19)
     # ~13 minutes of an outage ride through retries before a message is dead-lettered
     retry_delays_s: list[float] = Field(default_factory=lambda: [1.0, 5.0, 30.0, 120.0, 300.0])
     # An outage (a server away, consumers/outage.py) holds the message and retries it every
