@@ -67,47 +67,35 @@ async def inject_plan(
     counts what was lost."""
     log: list[dict[str, Any]] = []
     try:
-        await _inject_each(services, plan, progress, publisher, gate, stall_limit_s, t0, watch, log)
+        n = gate.turns
+        for k, fault in enumerate(plan):
+            while progress.events < due_share(k, len(plan)) * n:
+                if time.monotonic() - progress.seen_at > stall_limit_s:
+                    print(
+                        f"  no turn stored for {stall_limit_s:.0f} s: plan stopped", file=sys.stderr
+                    )
+                    return log
+                progress.changed.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(progress.changed.wait(), 1.0)
+            if fault == "extra_kill" and not await watch.working(services.extras[0]):
+                print("  the extra process to kill did no work within 30 s", file=sys.stderr)
+            at = progress.events
+            in_flight = max(0, len(publisher.acked) - at)  # published, not stored yet
+            print(f"  fault {k + 1}/{len(plan)}: {fault} at {at}/{n} stored", file=sys.stderr)
+            down = await services.inject(fault)
+            gate.made += 1
+            ended = time.monotonic()
+            log.append(
+                {
+                    "fault": fault,
+                    "at_stored": at,
+                    "in_flight": in_flight,
+                    "started_s": round(ended - down - t0, 1),
+                    "down_s": round(down, 1),
+                    "ended_at": ended,
+                }
+            )
     finally:
         gate.made = gate.faults
     return log
-
-
-async def _inject_each(
-    services: Services,
-    plan: list[str],
-    progress: Progress,
-    publisher: Publisher,
-    gate: Gate,
-    stall_limit_s: float,
-    t0: float,
-    watch: fleet.StatsWatch,
-    log: list[dict[str, Any]],
-) -> None:
-    n = gate.turns
-    for k, fault in enumerate(plan):
-        while progress.events < due_share(k, len(plan)) * n:
-            if time.monotonic() - progress.seen_at > stall_limit_s:
-                print(f"  no turn stored for {stall_limit_s:.0f} s: plan stopped", file=sys.stderr)
-                return
-            progress.changed.clear()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(progress.changed.wait(), 1.0)
-        if fault == "extra_kill" and not await watch.working(services.extras[0]):
-            print("  the extra process to kill did no work within 30 s", file=sys.stderr)
-        at = progress.events
-        in_flight = max(0, len(publisher.acked) - at)  # published, not stored yet
-        print(f"  fault {k + 1}/{len(plan)}: {fault} at {at}/{n} stored", file=sys.stderr)
-        down = await services.inject(fault)
-        gate.made += 1
-        ended = time.monotonic()
-        log.append(
-            {
-                "fault": fault,
-                "at_stored": at,
-                "in_flight": in_flight,
-                "started_s": round(ended - down - t0, 1),
-                "down_s": round(down, 1),
-                "ended_at": ended,
-            }
-        )
