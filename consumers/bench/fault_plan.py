@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import sys
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -43,11 +44,40 @@ class Gate:
     faults: int
     ahead: int
     made: int = 0
+    # turns let past the due fault's limit: it came due with none in flight (``in_hand``)
+    extra: int = 0
 
     def limit(self) -> int:
         if self.made >= self.faults:
             return self.turns
-        return min(self.turns, int(due_share(self.made, self.faults) * self.turns) + self.ahead)
+        due = int(due_share(self.made, self.faults) * self.turns)
+        return min(self.turns, due + self.ahead + self.extra)
+
+
+Stored = Callable[[], Awaitable[int | None]]  # turns stored, read now (None: cannot tell)
+
+
+async def in_hand(
+    stored_now: Stored, publisher: Publisher, gate: Gate, wait_s: float = 5.0
+) -> tuple[int, int]:
+    """(turns stored, turns published and not stored yet), read afresh just before a fault.
+    The monitor reads what is stored every 0.2 s, and in that time the pipeline can store
+    every turn the gate let out: a fault made then would meet an idle pipeline, and test
+    recovery, not work in hand. So while fewer than a quarter of ``ahead`` are in flight (a
+    pull batch or so), the gate lets ``ahead`` more out and this waits for them, up to
+    ``wait_s``; fewer are in flight only when no more came (every turn published, or the
+    publisher held by NATS)."""
+    deadline = time.monotonic() + wait_s
+    wanted = max(1, gate.ahead // 4)
+    while True:
+        read = await stored_now()
+        stored = publisher.progress.events if read is None else read
+        in_flight = len(publisher.acked) - stored
+        if in_flight >= wanted or len(publisher.acked) >= gate.turns or time.monotonic() > deadline:
+            return stored, max(0, in_flight)
+        gate.extra = gate.ahead
+        publisher.progress.changed.set()  # the publisher reads the new limit now
+        await asyncio.sleep(0.01)
 
 
 async def inject_plan(
@@ -59,12 +89,13 @@ async def inject_plan(
     stall_limit_s: float,
     t0: float,
     watch: fleet.StatsWatch,
+    stored_now: Stored,
 ) -> list[dict[str, Any]]:
     """Each fault of the plan once, in order, when its share of the turns is stored (an extra
     process is killed once it holds work: it has handled work of its stages); the gate opens
     to the next fault's share once one is made, and all the way when the plan ends, however
     it ends (a stall, a fault that fails): the publisher then finishes, and the report
-    counts what was lost."""
+    counts what was lost. ``stored_now``: for ``in_hand``."""
     log: list[dict[str, Any]] = []
     try:
         n = gate.turns
@@ -80,11 +111,11 @@ async def inject_plan(
                     await asyncio.wait_for(progress.changed.wait(), 1.0)
             if fault == "extra_kill" and not await watch.working(services.extras[0]):
                 print("  the extra process to kill did no work within 30 s", file=sys.stderr)
-            at = progress.events
-            in_flight = max(0, len(publisher.acked) - at)  # published, not stored yet
+            at, in_flight = await in_hand(stored_now, publisher, gate)
             print(f"  fault {k + 1}/{len(plan)}: {fault} at {at}/{n} stored", file=sys.stderr)
             down = await services.inject(fault)
             gate.made += 1
+            gate.extra = 0
             ended = time.monotonic()
             log.append(
                 {

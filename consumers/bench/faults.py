@@ -124,6 +124,12 @@ async def _ingest(
     )
     settings = Settings(nats_url=nats_server.url, namespace=NAMESPACE)
     probe = Probe(pg_server.dsn)
+    checks = Probe(pg_server.dsn)  # the fault plan's reads, beside the monitor's
+
+    async def stored_now() -> int | None:
+        row = await checks.fetchrow(EPISODE_EVENTS)
+        return None if row is None else int(row["events"])
+
     stop = asyncio.Event()
     nc = None
     try:
@@ -156,7 +162,15 @@ async def _ingest(
         monitoring = asyncio.create_task(feed.monitor(probe, progress, stop))
         publishing = asyncio.create_task(publisher.run(to_publish))
         faults = await inject_plan(
-            services, args.faults, progress, publisher, gate, args.stall_limit_s, t0, watch
+            services,
+            args.faults,
+            progress,
+            publisher,
+            gate,
+            args.stall_limit_s,
+            t0,
+            watch,
+            stored_now,
         )
         with contextlib.suppress(TimeoutError):  # a stalled pipeline holds the publisher
             await asyncio.wait_for(asyncio.shield(publishing), args.drain_limit_s)
@@ -264,6 +278,7 @@ async def _ingest(
     finally:
         stop.set()
         await probe.close()
+        await checks.close()
         if nc is not None:
             await nc.close()
 

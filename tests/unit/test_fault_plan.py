@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from memstream.consumers.bench.fault_plan import Gate, due_share, inject_plan
+from memstream.consumers.bench.fault_plan import Gate, due_share, in_hand, inject_plan
 from memstream.consumers.bench.publisher import Progress, Publisher
 
 
@@ -64,10 +64,17 @@ class Failing:
 
 def _plan(progress: Progress, gate: Gate, stall_limit_s: float) -> list[dict[str, Any]]:
     publisher = Publisher({}, progress, ahead=gate.ahead, limit=gate.limit)
+    publisher.acked.update(f"e{i}" for i in range(progress.events))  # stored: published
     fleet: Any = Failing()
     watch: Any = None  # no extra process in this plan: never asked
     faults = ["worker_kill", "nats_kill"]
-    run = inject_plan(fleet, faults, progress, publisher, gate, stall_limit_s, 0.0, watch)
+
+    async def stored_now() -> int | None:
+        return None  # Postgres cannot be read: the monitor's count stands
+
+    run = inject_plan(
+        fleet, faults, progress, publisher, gate, stall_limit_s, 0.0, watch, stored_now
+    )
     return asyncio.run(run)
 
 
@@ -83,3 +90,42 @@ def test_a_plan_that_ends_early_opens_the_gate_for_every_turn() -> None:
     with pytest.raises(RuntimeError, match="worker_kill failed"):
         _plan(Progress(events=3000), gate, 60.0)  # the first fault is due at once, and fails
     assert gate.limit() == 3000
+
+
+def test_a_fault_due_with_nothing_in_flight_waits_for_a_turn_let_past_the_gate() -> None:
+    """The pipeline stored every turn the gate let out before the fault was read as due: the
+    gate lets ``ahead`` more out, and the fault waits until a quarter of ``ahead`` are
+    published and not stored, then reports them in flight. With every turn published and
+    stored it goes at once, with none in flight."""
+
+    async def scenario() -> tuple[tuple[int, int], int, tuple[int, int]]:
+        gate = Gate(turns=3000, faults=7, ahead=300)
+        progress = Progress(events=gate.limit())  # all of them stored
+        publisher = Publisher({}, progress, ahead=300, limit=gate.limit)
+        publisher.acked.update(f"e{i}" for i in range(gate.limit()))
+        stored = [gate.limit()]
+
+        async def stored_now() -> int | None:
+            return stored[0]
+
+        async def publish_one() -> None:
+            await progress.changed.wait()  # woken by the gate opening
+            for i in range(75):  # a quarter of ``ahead``
+                assert not publisher.held()
+                publisher.acked.add(f"next{i}")
+                await asyncio.sleep(0)
+
+        publishing = asyncio.create_task(publish_one())
+        found = await in_hand(stored_now, publisher, gate, wait_s=5.0)
+        await publishing
+        opened = gate.limit()
+        stored[0] = len(publisher.acked)
+        everything = Gate(turns=len(publisher.acked), faults=7, ahead=300)
+        at_end = await in_hand(stored_now, publisher, everything, wait_s=5.0)
+        return found, opened, at_end
+
+    due = int(due_share(0, 7) * 3000)
+    found, opened, at_end = asyncio.run(scenario())
+    assert found == (due + 300, 75)
+    assert opened == due + 600
+    assert at_end == (due + 375, 0)
