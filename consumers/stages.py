@@ -235,6 +235,11 @@ def _redact_candidate(deps: Deps, c: Candidate) -> Candidate:
 def redact_candidate(redactor: Redacts, c: Candidate) -> Candidate:
     """The candidate with its content and every string of its metadata redacted, the counts
     by label in ``redactions``."""
+    return c.model_copy(update=redaction(redactor, c))
+
+
+def redaction(redactor: Redacts, c: Candidate) -> dict[str, Any]:
+    """What ``redact_candidate`` changes in ``c``, as a ``model_copy`` update."""
     tenant = c.owner.tenant
     out = redactor.redact(c.content, tenant=tenant)
     counts = dict(out.counts)
@@ -253,15 +258,13 @@ def redact_candidate(redactor: Redacts, c: Candidate) -> Candidate:
         return v
 
     metadata: dict[str, Any] = {k: scrub(v) for k, v in c.metadata.items()}
-    return c.model_copy(
-        update={
-            "content": out.text,
-            "metadata": metadata,
-            "redactions": counts,
-            "redacted": True,
-            "key_id": redactor.key_id,
-        }
-    )
+    return {
+        "content": out.text,
+        "metadata": metadata,
+        "redactions": counts,
+        "redacted": True,
+        "key_id": redactor.key_id,
+    }
 
 
 def with_vectors(deps: Deps, cands: Sequence[Candidate]) -> list[Candidate]:
@@ -277,6 +280,23 @@ def embedded(embedder: Embedder, cands: Sequence[Candidate]) -> list[Candidate]:
     return [
         c.model_copy(update={"vector": v, "vector_model": model})
         for c, v in zip(cands, vectors, strict=True)
+    ]
+
+
+def redacted_and_embedded(
+    redactor: Redacts, embedder: Embedder, cands: Sequence[Candidate]
+) -> list[Candidate]:
+    """``embedded(embedder, [redact_candidate(redactor, c) for c in cands])``, copying each
+    candidate once instead of twice (the helper process's whole step: each copy was ~5 % of
+    its time)."""
+    updates = [redaction(redactor, c) for c in cands]
+    vectors = embedder.embed(
+        [dated(u["content"], c.occurred_at) for c, u in zip(cands, updates, strict=True)]
+    )
+    model = embedder.model_id
+    return [
+        c.model_copy(update={**u, "vector": v, "vector_model": model})
+        for c, u, v in zip(cands, updates, vectors, strict=True)
     ]
 
 

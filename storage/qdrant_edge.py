@@ -28,23 +28,8 @@ every ``flush_every_s`` seconds, after a write, and on ``close``; only an OS cra
 loss inside that window can lose acknowledged writes (``flush_every_s=0`` flushes after every
 write, which costs far more than the WAL append). Postgres stays the record of truth.
 
-Threads: single-point writes and fetches of up to 64 ids are cheaper than a hop to a thread,
-so they run on the event loop; batches, flushes, searches and ``optimize`` run in
-``asyncio.to_thread``, whose tail latency on a busy machine is what the loop must be spared.
-A thread does not free the loop for the engine's time, though: qdrant-edge-py 0.9 holds the
-interpreter lock through its calls (``benchmarks/engine_gil.py``: a 64-point update leaves
-other threads ~11 % of it, a flush and ``optimize`` none), so the loop stalls for the whole
-of a flush (~65 ms) and of an optimize that builds an index (~9 s at 20k points;
-docs/benchmarks.md, "the engine holds the interpreter lock"). Searches of up to
-``direct_search_max`` hits run on the loop while the shard is known to be nearly optimized
-(at most ``inline_unoptimized_max`` points written since the last completed ``optimize()``;
-unknown after a load): an indexed search then costs less than the thread hop's tail.
-Otherwise an exact scan of unindexed segments would stall the loop, so they go to a thread
-(where the hop lets other work in between calls). ``search_many`` (dedupe's batch of
-neighbour searches) runs its slices of ``_SEARCH_SLICE`` queries on the loop whatever the
-shard: each slice is short, and hops cost it more than they spared the loop. Each search
-uses one engine thread (``search_threads=1``): the engine's own pool makes concurrent
-searches contend for the cores and widens the tail. Figures: docs/benchmarks.md.
+Where each engine call runs, and how its errors are translated: storage/edge_engine.py.
+The searches and fetches: storage/edge_reads.py.
 
 Segments: ``optimize`` holds the interpreter lock for as long as it builds (graphs, payload
 and sparse indexes: ~0.2 ms a point here), and recall and the worker's index calls wait for
@@ -64,201 +49,48 @@ and a search visits a few more segments. ``benchmarks/optimize_stall.py``, docs/
 Existing shards: ``ensure()`` opens only a shard of this layout (dense vector, ``bm25`` without
 the engine's IDF modifier, owner key fields on every point); any other shard is refused with
 ``ConfigurationError`` rather than answered wrongly: rebuild it from Postgres.
-
-qdrant_edge raises bare ``Exception`` for every failure. Calls into it are wrapped here, once:
-an incompatible or locked shard raises ``ConfigurationError``, anything else
-``StorageUnavailable``. Wrong vector sizes and sparse indices outside 0..2**32-1 are caught
-before the call (``ValueError``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
-import re
 import time
 import uuid
-from collections.abc import Callable, Mapping, Sequence
-from pathlib import Path
-from typing import Any, Literal, TypeVar, overload
+from collections.abc import Sequence
+from typing import Any
 
 import qdrant_edge as qe
 
-from memstream.schemas.errors import ConfigurationError, MemstreamError, StorageUnavailable
-from memstream.storage.edge_counts import COUNTED_FIELDS, OWNER_FIELDS, SPARSE_NAME, ShardCounts
+from memstream.schemas.errors import ConfigurationError, MemstreamError
+from memstream.storage.edge_counts import COUNTED_FIELDS, SPARSE_NAME, ShardCounts
+from memstream.storage.edge_engine import CONFIG_FILE, stored_dim
 from memstream.storage.edge_layout import (
     BOOL_FIELDS,
     EXACT_FIELD,
     FLOAT_FIELDS,
     KEYWORD_FIELDS,
-    edge_filter,
     match_value,
-    owned_hits,
     payload,
-    stored_record,
 )
-from memstream.storage.ports import (
-    Hit,
-    IdfScope,
-    Record,
-    RecordHit,
-    VectorFilter,
-    VectorPoint,
-    sparse_pairs,
-)
+from memstream.storage.edge_reads import EdgeReads
+from memstream.storage.ports import VectorPoint, sparse_pairs
 
-__all__ = ["EdgeVectorIndex"]
-
-T = TypeVar("T")
+__all__ = ["EdgeVectorIndex", "stored_dim"]
 
 _DIRECT_WRITE_MAX = 16  # points per write run on the loop; larger batches go to a thread
 # points converted for the engine between two yields to the event loop: about 1 ms, so a
 # recall waits for one slice, not for the whole batch's conversion
 _BUILD_SLICE = 16
-# queries per engine batch of ``search_many``: the engine holds the interpreter lock for its
-# whole call (~80 us a query), so a recall waits for one slice (~3 ms), not a whole batch
-_SEARCH_SLICE = 32
 # the engine's own indexing threshold (KB of dense vectors; 9,500 points of 256 dims stay
 # unindexed through an optimize, 10,500 are indexed): what an optimize builds past
 ENGINE_INDEXING_KB = 10_000
-_DIRECT_FETCH_MAX = 64  # ids per fetch run on the loop (cheaper than a thread hop); more go to one
 _SCAN_PAGE = 2000  # points per page when counting term statistics at load
-_CONFIG_FILE = "edge_config.json"
-_CANONICAL = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\Z").match
 
 
-def stored_dim(path: Path, vector_name: str = "dense") -> int | None:
-    """The dense vector size a shard under ``path`` was created with (read from its config
-    file, without opening the shard, which a running worker holds); None if there is none."""
-    try:
-        config = json.loads((Path(path) / _CONFIG_FILE).read_text())
-        return int(config["vectors"][vector_name]["size"])
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
-
-
-def _engine_error(exc: Exception, action: str, path: Path) -> MemstreamError:
-    text = str(exc)
-    error: MemstreamError
-    if "incompatible" in text.lower():
-        error = ConfigurationError(f"Qdrant Edge shard {path} does not match: {text}")
-    elif "WouldBlock" in text:
-        error = ConfigurationError(f"Qdrant Edge shard {path} is open in another process")
-    else:
-        error = StorageUnavailable(f"Qdrant Edge {action} failed: {text}")
-    return error
-
-
-class EdgeVectorIndex:
-    """``VectorIndex`` over a Qdrant Edge shard stored under ``path``."""
-
-    def __init__(
-        self,
-        path: Path,
-        vector_name: str = "dense",
-        flush_every_s: float = 5.0,
-        clock: Callable[[], float] = time.monotonic,
-        direct_fetch_max: int = _DIRECT_FETCH_MAX,
-        direct_search_max: int = 100,
-        inline_unoptimized_max: int = 10_000,
-        idf_scope: IdfScope = "tenant",
-        hnsw_ef: int | None = None,
-        search_threads: int = 1,
-        quantize: bool = True,
-        segment_kb: int | None = None,
-        segments: int | None = None,
-        on_optimized: Callable[[float, BaseException | None], None] | None = None,
-    ) -> None:
-        """``hnsw_ef``: the dense search's candidate list on HNSW-indexed segments (None: the
-        engine's default); lower is faster, at some cost in recall on large tenants.
-        ``search_threads``: engine threads per search (1: requests run side by side instead;
-        the engine's default pool makes concurrent searches contend and widens the tail).
-        ``quantize``: int8 scalar quantization of the dense vectors (kept in RAM; the top hits
-        are rescored with the original vectors), for a faster dense search.
-        ``segment_kb``: the largest segment ``optimize`` builds, in KB of dense vectors (a
-        segment's points get their HNSW graph once it holds half as much, and the writes
-        start an optimize then); None: the engine's defaults, which merge every segment
-        into one (see the module docstring for what each costs).
-        ``segments``: how many segments the engine's merges keep (None: its default, one
-        per CPU); more keep the large segments from being merged and rebuilt again.
-        ``on_optimized``: told the seconds and the error (None) of each ``optimize`` started
-        by the writes themselves (logs and metrics are the caller's)."""
-        self.path = Path(path)
-        self.segment_kb = segment_kb
-        self.segments = segments
-        self.on_optimized = on_optimized
-        self._due_points = 0  # points written that make an optimize due (0: never by writes)
-        # points not in a graph yet: written since the last optimize that built (at load,
-        # the shard's count of them, which also counts points without a sparse vector)
-        self._unbuilt = 0
-        self._optimizing: asyncio.Task[None] | None = None
-        self.hnsw_ef = hnsw_ef
-        self.search_threads = search_threads
-        self.quantize = quantize
-        # BM25 document frequencies (IDF is applied here) and when each tenant's points
-        # expire: counted at load, moved with every write
-        self._counts = ShardCounts(idf_scope)
-        self._write_lock = asyncio.Lock()
-        self._optimize_lock = asyncio.Lock()  # a second caller waits, then finds what is left
-        self.vector_name = vector_name
-        self.flush_every_s = flush_every_s
-        self.direct_fetch_max = direct_fetch_max
-        self.direct_search_max = direct_search_max  # limit up to which a search runs inline
-        self.inline_unoptimized_max = inline_unoptimized_max
-        self._since_optimize: int | None = None  # points written since; None: unknown
-        self.idf_scope = idf_scope
-        self._clock = clock
-        self._shard: qe.EdgeShard | None = None
-        self._dim = 0
-        self._last_flush = 0.0
-
-    # -- engine calls, translated -------------------------------------------------------
-
-    def _call(self, action: str, fn: Callable[..., T], *args: Any) -> T:
-        try:
-            return fn(*args)
-        except Exception as exc:  # qdrant_edge raises bare Exception for every failure
-            raise _engine_error(exc, action, self.path) from exc
-
-    async def _in_thread(self, action: str, fn: Callable[..., T], *args: Any) -> T:
-        return await asyncio.to_thread(self._call, action, fn, *args)
-
-    async def _read(self, action: str, inline: bool, fn: Callable[..., T], *args: Any) -> T:
-        if inline:
-            return self._call(action, fn, *args)
-        return await self._in_thread(action, fn, *args)
-
-    @property
-    def searches_inline(self) -> bool:
-        """Whether searches run on the event loop now: only while the shard is known to be
-        nearly optimized (see the module docstring)."""
-        since = self._since_optimize
-        return since is not None and since <= self.inline_unoptimized_max
-
-    @property
-    def shard(self) -> qe.EdgeShard:
-        if self._shard is None:
-            raise ConfigurationError(f"EdgeVectorIndex({self.path}) used before ensure()")
-        return self._shard
-
-    def _check(self, vector: Sequence[float]) -> None:
-        self.shard  # noqa: B018 - before ensure() this raises ConfigurationError
-        if len(vector) != self._dim:
-            raise ValueError(f"vector has {len(vector)} dims, the index {self._dim}")
-
-    @staticmethod
-    def _ids(ids: Sequence[str]) -> dict[str, str]:
-        """Canonical uuid string -> the id as given; ValueError for a non-uuid id. Ids in
-        canonical form already (all of memstream's) skip the ``uuid.UUID`` round trip."""
-        return {i if _CANONICAL(i) else str(uuid.UUID(i)): i for i in ids}
-
-    def _persisted_sparse(self) -> dict[str, Any]:
-        config = json.loads((self.path / _CONFIG_FILE).read_text())
-        sparse = config.get("sparse_vectors") or {}
-        return sparse if isinstance(sparse, dict) else {}
-
-    # -- VectorIndex ----------------------------------------------------------------------
+class EdgeVectorIndex(EdgeReads):
+    """``VectorIndex`` over a Qdrant Edge shard stored under ``path``: opening it, writes,
+    and segments here; the reads in ``EdgeReads``, the engine calls in ``EdgeEngine``."""
 
     def _tuning(self) -> dict[str, Any]:
         tuning: dict[str, Any] = {"max_search_threads": self.search_threads}
@@ -285,7 +117,7 @@ class EdgeVectorIndex:
         dense = {self.vector_name: qe.EdgeVectorParams(size=dim, distance=qe.Distance.Cosine)}
         plain = qe.EdgeSparseVectorParams()  # no modifier: IDF comes from TermStats
         config = qe.EdgeConfig(vectors=dense, sparse_vectors={SPARSE_NAME: plain}, **self._tuning())
-        if not (self.path / _CONFIG_FILE).exists():
+        if not (self.path / CONFIG_FILE).exists():
             self.path.mkdir(parents=True, exist_ok=True)
             shard = await self._in_thread("create", qe.EdgeShard.create, str(self.path), config)
             self._since_optimize = 0
@@ -342,11 +174,6 @@ class EdgeVectorIndex:
                 return False
             if offset is None:
                 return True
-
-    def may_expire(self, tenant: str, now: float | None) -> bool:
-        """Whether a search of ``tenant`` at ``now`` needs the expiry condition
-        (``ShardCounts.may_expire``)."""
-        return self._counts.may_expire(tenant, now)
 
     async def _stored(self, ids: Sequence[str], tenant: str | None = None) -> list[Any]:
         """The stored points among ``ids`` (of ``tenant`` only, if given), with what the
@@ -419,174 +246,6 @@ class EdgeVectorIndex:
             counts.uncount(old)
             for p in latest.values():
                 counts.written(p)
-
-    async def _query(
-        self, request: qe.QueryRequest, limit: int, with_records: bool, flt: VectorFilter
-    ) -> list[Hit] | list[RecordHit]:
-        inline = limit <= self.direct_search_max and self.searches_inline
-        hits = await self._read("query", inline, self.shard.query, request)
-        if with_records:
-            return owned_hits(hits, flt)
-        return [(str(h.id), float(h.score)) for h in hits]
-
-    def _dense_request(
-        self,
-        vector: Sequence[float],
-        flt: VectorFilter,
-        limit: int,
-        with_records: bool,
-        min_score: float | None = None,
-        built: dict[VectorFilter, qe.Filter] | None = None,
-    ) -> qe.QueryRequest:
-        """``built``: the engine filters already made for these ``VectorFilter``s (one call's
-        queries share a few owners), and where to keep the ones made now."""
-        self._check(vector)
-        engine_filter = built.get(flt) if built is not None else None
-        if engine_filter is None:
-            engine_filter = edge_filter(flt, self.may_expire(flt.tenant, flt.now))
-            if built is not None:
-                built[flt] = engine_filter
-        return qe.QueryRequest(
-            limit=limit,
-            score_threshold=min_score,
-            query=qe.Query.Nearest(list(vector), using=self.vector_name),
-            filter=engine_filter,
-            params=qe.SearchParams(
-                hnsw_ef=max(self.hnsw_ef, limit) if self.hnsw_ef else None,
-                quantization=qe.QuantizationSearchParams(rescore=True) if self.quantize else None,
-            ),
-            with_payload=self._payload_wanted(with_records),
-        )
-
-    @staticmethod
-    def _payload_wanted(with_records: bool) -> qe.PayloadSelector | bool:
-        return qe.PayloadSelector.Include(["record", *OWNER_FIELDS]) if with_records else False
-
-    @overload
-    async def search(
-        self,
-        vector: Sequence[float],
-        flt: VectorFilter,
-        limit: int,
-        *,
-        with_records: Literal[False] = False,
-    ) -> list[Hit]: ...
-
-    @overload
-    async def search(
-        self, vector: Sequence[float], flt: VectorFilter, limit: int, *, with_records: Literal[True]
-    ) -> list[RecordHit]: ...
-
-    async def search(
-        self, vector: Sequence[float], flt: VectorFilter, limit: int, *, with_records: bool = False
-    ) -> list[Hit] | list[RecordHit]:
-        """(memory id, cosine similarity) best first, only points matching ``flt``; with
-        ``with_records=True`` each hit also carries the point's record."""
-        if limit <= 0:
-            self._check(vector)
-            return []
-        request = self._dense_request(vector, flt, limit, with_records)
-        return await self._query(request, limit, with_records, flt)
-
-    async def search_many(
-        self,
-        queries: Sequence[tuple[Sequence[float], VectorFilter]],
-        limit: int,
-        min_score: float | None = None,
-    ) -> list[list[RecordHit]]:
-        """``search(..., with_records=True)`` per query, as engine batches of
-        ``_SEARCH_SLICE`` queries, on the event loop: the engine holds the interpreter lock
-        through a call anyway, and a thread hop per slice took ~40 % of the call's wall time
-        (docs/benchmarks.md, "2026-11-26, fifth session"); a recall waits for one slice."""
-        if not queries or limit <= 0:
-            return [[] for _ in queries]
-        found: list[list[RecordHit]] = []
-        built: dict[VectorFilter, qe.Filter] | None = {}
-        try:
-            for _, flt in queries:
-                hash(flt)
-        except TypeError:  # a filter with lists in it: made per query
-            built = None
-        for lo in range(0, len(queries), _SEARCH_SLICE):
-            if lo:
-                await asyncio.sleep(0)  # a recall waiting on the loop goes between slices
-            part = queries[lo : lo + _SEARCH_SLICE]
-            requests = [
-                self._dense_request(v, flt, limit, True, min_score, built) for v, flt in part
-            ]
-            batches = self._call("query", self.shard.query_batch, qe.QueryBatchRequest(requests))
-            found += [owned_hits(hits, flt) for (_, flt), hits in zip(part, batches, strict=True)]
-        return found
-
-    @overload
-    async def search_sparse(
-        self,
-        sparse: Mapping[int, float],
-        flt: VectorFilter,
-        limit: int,
-        *,
-        with_records: Literal[False] = False,
-    ) -> list[Hit]: ...
-
-    @overload
-    async def search_sparse(
-        self,
-        sparse: Mapping[int, float],
-        flt: VectorFilter,
-        limit: int,
-        *,
-        with_records: Literal[True],
-    ) -> list[RecordHit]: ...
-
-    async def search_sparse(
-        self,
-        sparse: Mapping[int, float],
-        flt: VectorFilter,
-        limit: int,
-        *,
-        with_records: bool = False,
-    ) -> list[Hit] | list[RecordHit]:
-        """(memory id, BM25 score) best first, only points matching ``flt`` that have a
-        sparse vector; IDF is computed from the statistics kept here over the corpus
-        ``idf_scope`` gives (``TermStats.corpus_of``)."""
-        indices, values = sparse_pairs(sparse)
-        self.shard  # noqa: B018 - before ensure() this raises ConfigurationError
-        if limit <= 0 or not indices:
-            return []
-        weights = self._counts.weigh(flt, sparse)
-        if not weights:
-            return []  # no point of the corpus has any of the terms
-        indices, values = sparse_pairs(weights)
-        request = qe.QueryRequest(
-            limit=limit,
-            query=qe.Query.Nearest(qe.SparseVector(indices, values), using=SPARSE_NAME),
-            filter=edge_filter(flt, self.may_expire(flt.tenant, flt.now)),
-            with_payload=self._payload_wanted(with_records),
-        )
-        return await self._query(request, limit, with_records, flt)
-
-    async def fetch(self, tenant: str, ids: Sequence[str]) -> dict[str, Record]:
-        """The record of each point of ``tenant`` among ``ids`` (keys as given); missing ids
-        and other tenants' points are absent."""
-        given = self._ids(ids)
-        if not given:
-            return {}
-        selector = qe.PayloadSelector.Include(["tenant", "record"])
-        shard = self.shard
-        found = await self._read(
-            "retrieve",
-            len(given) <= self.direct_fetch_max,
-            shard.retrieve,
-            list(given),
-            selector,
-            False,
-        )
-        records: dict[str, Record] = {}
-        for r in found:
-            p = r.payload  # each read of .payload converts the whole payload again: read once
-            if p is not None and p.get("tenant") == tenant:
-                records[given[str(r.id)]] = stored_record(p)
-        return records
 
     async def delete(self, tenant: str, ids: Sequence[str]) -> None:
         """Delete points of ``tenant`` by id; other tenants' points and missing ids are ignored."""
