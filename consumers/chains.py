@@ -26,7 +26,7 @@ from memstream.consumers.batch_store import (
     store_begun,
     stored,
 )
-from memstream.consumers.batching import OVERLAP, BatchStage, BatchWork, Begin
+from memstream.consumers.batching import OVERLAP, BatchStage, BatchWork, Begin, Overlap
 from memstream.consumers.helper import retrieved
 from memstream.consumers.stages import Deps, StageMetrics
 from memstream.schemas.events import TurnEvent
@@ -177,17 +177,56 @@ def _helped(chain: Sequence[str]) -> Begin[TurnEvent]:
             overlap = OVERLAP.get()
             if overlap is None:
                 await _later(deps, steps, 2, cands, None)
-                return len(cands)
-            tails: list[Tail] = []
-            await _later(deps, steps, 2, cands, None, tails)
-            overlap.head_done.set()  # the rows are written: the next batch's dedupe may begin
-            for tail in tails:
-                await _timed_tail(deps, tail(overlap.after_before))
+            else:
+                await _overlapping(deps, steps, 2, cands, None, overlap)
             return len(cands)
 
         return rest
 
     return begin
+
+
+def _after_rows(chain: Sequence[str]) -> Begin[Candidate]:
+    """``BatchStage.begin`` of the chain dedupe, store (a process that runs them beside
+    extract and redact processes): nothing to start ahead, but the batch runs as a helped
+    one does (``_overlapping``), so the next batch's dedupe begins once this one's rows are
+    written instead of after its index write, events and acks. One batch at a time, each
+    through all its round trips, left that process's dedupe busy nearly all the time while
+    it used a third of a core (docs/benchmarks.md, "fourteenth session")."""
+    steps = tuple(chain)
+    plain = fused(chain)
+
+    def begin(deps: Deps, cands: list[Candidate]) -> Callable[[], Awaitable[int]]:
+        async def rest() -> int:
+            overlap = OVERLAP.get()
+            if overlap is None:
+                return await plain(deps, cands)
+            # the runner counts the first stage's batch, as for ``fused``
+            out, merges, outputs = await _step(deps, steps[0], cands, None, steps)
+            await _overlapping(deps, steps, 1, out, merges, overlap)
+            return outputs
+
+        return rest
+
+    return begin
+
+
+async def _overlapping(
+    deps: Deps,
+    steps: Sequence[str],
+    done: int,
+    cands: list[Candidate],
+    merges: Merges | None,
+    overlap: Overlap,
+) -> None:
+    """``_later`` for a batch that shares the pipeline with the one before it: once its rows
+    are written, the next batch's dedupe may begin (``Overlap.head_done``); its index write
+    and events follow, the events only after the batch before has finished."""
+    tails: list[Tail] = []
+    await _later(deps, steps, done, cands, merges, tails)
+    overlap.head_done.set()
+    for tail in tails:
+        await _timed_tail(deps, tail(overlap.after_before))
 
 
 async def _timed_tail(deps: Deps, tail: Awaitable[None]) -> None:
@@ -201,9 +240,14 @@ async def _timed_tail(deps: Deps, tail: Awaitable[None]) -> None:
 
 def batch_stage(chain: Sequence[str], helped: bool = False) -> BatchStage[Any]:
     """The batch stage of ``chain[0]``, fused through the rest of ``chain``; ``helped``: its
-    extraction and redaction started ahead, in the helper process."""
+    extraction and redaction started ahead, in the helper process. A chain that starts with
+    extraction in the helper, or is dedupe and store, overlaps its batches (``Overlap``)."""
     plain = BATCH_STAGES[chain[0]]
     if len(chain) == 1:
         return plain
-    begin = _helped(chain) if helped and tuple(chain[:2]) == ("extract", "redact") else None
+    begin: Begin[Any] | None = None
+    if helped and tuple(chain[:2]) == ("extract", "redact"):
+        begin = _helped(chain)
+    elif tuple(chain) == ("dedupe", "store"):
+        begin = _after_rows(chain)
     return BatchStage(plain.decode, fused(chain), plain.single, begin)
