@@ -1,7 +1,9 @@
 """The helper process (consumers/helper.py) on a real worker: turns extracted, redacted and
 embedded there are stored and recallable as on the in-process path; a helper killed in the
 middle of ingest costs no turn and is replaced; a batch that fails with a helper goes on
-over the stage subjects, the poison memory dead-lettered alone."""
+over the stage subjects, the poison memory dead-lettered alone. Batches overlap, in a worker
+with a helper and in the index owner that runs dedupe and store beside extract/redact
+processes."""
 
 from __future__ import annotations
 
@@ -21,20 +23,28 @@ from prometheus_client import generate_latest
 from test_batches import TOKENS, distinct_note
 from workers import (
     REFUSED,
+    _delete_streams,
     drain_with_new_loops,
     one_refused_memory_dead_lettered,
     one_turn_batch,
     refuse_inserts,
 )
 
+from memstream.consumers.app import Worker
+from memstream.consumers.batch_store import publish_to_stage
 from memstream.consumers.batching import BatchRunner
 from memstream.consumers.chains import batch_stage
 from memstream.consumers.helper import Helper, HelperGone
+from memstream.consumers.run import make_vector_index
+from memstream.consumers.services import Services
+from memstream.consumers.stages import redact_candidate
+from memstream.pipeline.extract import extract
+from memstream.pipeline.redact import Redactor
 from memstream.schemas.events import Message, Role, TurnEvent
 from memstream.schemas.memory import MemoryType
-from memstream.schemas.settings import Settings
+from memstream.schemas.settings import Settings, StageSettings
 from memstream.schemas.subjects import STAGES
-from memstream.storage.postgres import OwnerFilter
+from memstream.storage.postgres import OwnerFilter, PgStore
 
 pytestmark = pytest.mark.integration
 
@@ -253,6 +263,65 @@ async def test_a_near_duplicate_of_a_memory_still_being_indexed_is_folded(runnin
         await running.wait_for(running.drained, 30, "ingestion")
     (episode,) = await _episodes(running)
     assert episode.source_event_ids == ["n0", "n1"] and episode.indexed
+
+
+async def test_the_index_owner_dedupes_the_next_batch_while_one_is_still_indexed(
+    nats_url: str, pg: PgStore, namespace: str, tmp_path: Path, embedder: Any
+) -> None:
+    """A worker of the roles dedupe, store and recall (the index owner beside extract/redact
+    processes) overlaps its batches: a candidate whose index write is held for 3 s has its
+    row written, and the next candidate's row is written while that write is still under
+    way. Taken one batch at a time, the second would wait for the first to be indexed."""
+    settings = Settings(
+        nats_url=nats_url,
+        namespace=namespace,
+        state_dir=tmp_path,
+        stages=["dedupe", "store", "recall"],
+        stage=StageSettings(ack_wait_s=10),
+    )
+    vectors = make_vector_index(settings)
+    await vectors.ensure(embedder.dim)
+    redactor = Redactor(key=b"test-key")
+    services = Services(settings, pg, _SlowUpserts(vectors, 3.0), embedder, redactor)
+    worker = Worker(services, nats_url)
+    await worker.start()
+    flt = OwnerFilter(tenant="acme", user="bo")
+
+    async def episodes() -> dict[str, Any]:
+        found = await pg.list_memories(flt)
+        return {m.source_event_ids[0]: m for m in found if m.type is MemoryType.EPISODE}
+
+    async def publish(event_id: str, text: str) -> None:
+        turn = TurnEvent(
+            event_id=event_id,
+            tenant="acme",
+            user="bo",
+            session="s1",
+            messages=[Message(role=Role.USER, content=text)],
+        )
+        cands = [redact_candidate(redactor, c) for c in extract(turn)]  # as redact hands on
+        await publish_to_stage(worker.deps, "dedupe", cands)
+
+    async def wait_for(what: str, ok: Any) -> dict[str, Any]:
+        deadline = time.monotonic() + 30
+        while not ok(found := await episodes()):
+            assert time.monotonic() < deadline, f"timed out waiting for {what}"
+            await asyncio.sleep(0.05)
+        return found
+
+    try:
+        await publish("o0", "remember that the library on the corner closes at six on fridays")
+        first = await wait_for("the first row", lambda found: "o0" in found)
+        assert not first["o0"].indexed  # its index write is held
+        await publish("o1", "my cousin Teodora is flying in from Lisbon next tuesday morning")
+        both = await wait_for("the second row", lambda found: "o1" in found)
+        assert not both["o0"].indexed, "the second batch waited for the first's index write"
+        done = await wait_for("both indexed", lambda f: all(m.indexed for m in f.values()))
+        assert set(done) == {"o0", "o1"}
+    finally:
+        await worker.stop()
+        await vectors.close()
+        await _delete_streams(nats_url, settings)
 
 
 class _AnswersAfterTheWrite(_SlowUpserts):
