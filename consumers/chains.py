@@ -127,15 +127,22 @@ def fused(chain: Sequence[str]) -> BatchWork[Any]:
     steps = tuple(chain)
 
     async def work(deps: Deps, values: list[Any]) -> int:
-        if steps[0] == "extract":
-            cands, merges = await extracted(deps, values), None
-            outputs = len(cands)
-        else:  # the runner counts the first stage's batch
-            cands, merges, outputs = await _step(deps, steps[0], values, None, steps)
+        cands, merges, outputs = await _first(deps, steps, values)
         await _later(deps, steps, 1, cands, merges)
         return outputs
 
     return work
+
+
+async def _first(
+    deps: Deps, steps: Sequence[str], values: list[Any]
+) -> tuple[list[Candidate], Merges | None, int]:
+    """The first stage of a fused chain over its decoded batch: (what it hands on, the
+    merges still to settle, its output count). The runner counts that stage's batch."""
+    if steps[0] == "extract":
+        cands = await extracted(deps, values)
+        return cands, None, len(cands)
+    return await _step(deps, steps[0], values, None, steps)
 
 
 def _helped(chain: Sequence[str]) -> Begin[TurnEvent]:
@@ -144,12 +151,12 @@ def _helped(chain: Sequence[str]) -> Begin[TurnEvent]:
     its candidates from there, then runs the later stages here. Without a helper (or with
     the LLM extractor, which calls out from this process), the plain fused work."""
     steps = tuple(chain)
-    plain = fused(chain)
+    unhelped = _after_rows(chain)
 
     def begin(deps: Deps, events: list[TurnEvent]) -> Callable[[], Awaitable[int]]:
         helper = deps.services.helper
         if helper is None or deps.llm is not None:
-            return lambda: plain(deps, events)
+            return unhelped(deps, events)
         ahead = asyncio.ensure_future(helper.prepare(events))
         ahead.add_done_callback(retrieved)
 
@@ -186,24 +193,25 @@ def _helped(chain: Sequence[str]) -> Begin[TurnEvent]:
     return begin
 
 
-def _after_rows(chain: Sequence[str]) -> Begin[Candidate]:
-    """``BatchStage.begin`` of the chain dedupe, store (a process that runs them beside
-    extract and redact processes): nothing to start ahead, but the batch runs as a helped
-    one does (``_overlapping``), so the next batch's dedupe begins once this one's rows are
-    written instead of after its index write, events and acks. One batch at a time, each
-    through all its round trips, left that process's dedupe busy nearly all the time while
-    it used a third of a core (docs/benchmarks.md, "fourteenth session")."""
+def _after_rows(chain: Sequence[str]) -> Begin[Any]:
+    """``BatchStage.begin`` of a chain through dedupe and store whose batch has nothing to
+    start ahead (no helper: the chain dedupe, store of an index owner beside extract/redact
+    processes, or a whole chain with the LLM extractor or without a helper process): the
+    batch's work is the plain fused one, but it overlaps the batch before as a helped one
+    does (``_overlapping``), so the next batch's head begins once this one's rows are
+    written, not after its index write, events and acks. One batch at a time, each through
+    all its round trips, left an index owner's dedupe busy nearly all the time while it used
+    a third of a core (docs/benchmarks.md, "fourteenth session")."""
     steps = tuple(chain)
     plain = fused(chain)
 
-    def begin(deps: Deps, cands: list[Candidate]) -> Callable[[], Awaitable[int]]:
+    def begin(deps: Deps, values: list[Any]) -> Callable[[], Awaitable[int]]:
         async def rest() -> int:
             overlap = OVERLAP.get()
             if overlap is None:
-                return await plain(deps, cands)
-            # the runner counts the first stage's batch, as for ``fused``
-            out, merges, outputs = await _step(deps, steps[0], cands, None, steps)
-            await _overlapping(deps, steps, 1, out, merges, overlap)
+                return await plain(deps, values)
+            cands, merges, outputs = await _first(deps, steps, values)
+            await _overlapping(deps, steps, 1, cands, merges, overlap)
             return outputs
 
         return rest
@@ -240,14 +248,14 @@ async def _timed_tail(deps: Deps, tail: Awaitable[None]) -> None:
 
 def batch_stage(chain: Sequence[str], helped: bool = False) -> BatchStage[Any]:
     """The batch stage of ``chain[0]``, fused through the rest of ``chain``; ``helped``: its
-    extraction and redaction started ahead, in the helper process. A chain that starts with
-    extraction in the helper, or is dedupe and store, overlaps its batches (``Overlap``)."""
+    extraction and redaction started ahead, in the helper process. A chain through dedupe
+    and store overlaps its batches (``Overlap``), helped or not."""
     plain = BATCH_STAGES[chain[0]]
     if len(chain) == 1:
         return plain
     begin: Begin[Any] | None = None
     if helped and tuple(chain[:2]) == ("extract", "redact"):
         begin = _helped(chain)
-    elif tuple(chain) == ("dedupe", "store"):
+    elif "dedupe" in chain and "store" in chain:
         begin = _after_rows(chain)
     return BatchStage(plain.decode, fused(chain), plain.single, begin)

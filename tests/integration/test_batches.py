@@ -1,7 +1,8 @@
 """Stage batches on a real worker: one poison message in a batch is dead-lettered alone on its
 first delivery while the rest of the batch is stored and acked; turns of one session are
-stored in the order they were published; a worker running every stage fuses them, and a
-fused batch that fails goes on over the stage subjects."""
+stored in the order they were published; a worker running every stage fuses them, a fused
+batch that fails goes on over the stage subjects, and fused batches overlap without a helper
+process too."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from typing import Any
 import pytest
 from workers import (
     REFUSED,
+    SlowUpserts,
     acks_settled,
     consumer_when,
     drain_with_new_loops,
@@ -300,3 +302,30 @@ async def test_a_fold_whose_mate_was_not_written_stores_the_candidate(running) -
     kept = [m for m in await running.pg.list_memories(flt) if m.content == c.content]
     assert len(kept) == 1 and kept[0].source_event_ids == [c.source_event_id]
     assert await running.pg.folded_among([("acme", c.candidate_id)]) == {}
+
+
+async def test_fused_batches_without_a_helper_overlap(running) -> None:
+    """A worker running every stage with no helper process (as with the LLM extractor, or on
+    one CPU) overlaps its fused batches: a turn whose index write is held for 3 s has its row
+    written, and the next turn's row is written while that write is still under way. Taken
+    one batch at a time, the second would wait for the first to be indexed."""
+    assert running.worker.services.helper is None
+    running.worker.services.vectors = SlowUpserts(running.worker.services.vectors, 3.0)
+    flt = OwnerFilter(tenant="acme", user="bo")
+
+    async def episodes() -> dict[str, Any]:
+        found = await running.pg.list_memories(flt)
+        return {m.source_event_ids[0]: m for m in found if m.type is MemoryType.EPISODE}
+
+    async def arrived(event_id: str) -> bool:
+        return event_id in await episodes()
+
+    async with running.client("acme", user="bo") as mem:
+        await mem.publish_turn([("user", distinct_note(0))], session="s1", event_id="w0")
+        await running.wait_for(lambda: arrived("w0"), 30, "the first row")
+        assert not (await episodes())["w0"].indexed  # its index write is held
+        await mem.publish_turn([("user", distinct_note(1))], session="s1", event_id="w1")
+        await running.wait_for(lambda: arrived("w1"), 30, "the second row")
+        assert not (await episodes())["w0"].indexed, "the second batch waited for the first"
+        await running.wait_for(running.drained, 30, "ingestion")
+    assert all(m.indexed for m in (await episodes()).values())

@@ -23,6 +23,7 @@ from prometheus_client import generate_latest
 from test_batches import TOKENS, distinct_note
 from workers import (
     REFUSED,
+    SlowUpserts,
     _delete_streams,
     drain_with_new_loops,
     one_refused_memory_dead_lettered,
@@ -227,28 +228,13 @@ async def test_a_helper_killed_in_the_middle_of_its_answer_fails_that_batch_at_o
         await helper.close()
 
 
-class _SlowUpserts:
-    """The worker's real index, each upsert held back ``delay_s`` first: a batch's index write
-    still under way while the next batch is deduplicated."""
-
-    def __init__(self, inner: Any, delay_s: float) -> None:
-        self.inner, self.delay_s = inner, delay_s
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.inner, name)
-
-    async def upsert(self, points: Any) -> None:
-        await asyncio.sleep(self.delay_s)
-        await self.inner.upsert(points)
-
-
 async def test_a_near_duplicate_of_a_memory_still_being_indexed_is_folded(running) -> None:
     """A turn stored by one batch whose index write is still under way when the next batch,
     holding its near duplicate, is deduplicated (the batches overlap): the near duplicate is
     folded into it all the same (found among ``Deps.unindexed``, not by the index search),
     and the one episode, holding both turns, ends up indexed."""
     services = running.worker.services
-    services.vectors = _SlowUpserts(services.vectors, 2.0)
+    services.vectors = SlowUpserts(services.vectors, 2.0)
     first = "remember that the harbor bridge opens at nine every morning"
     async with running.client("acme", user="bo") as mem:
         await mem.publish_turn([("user", first)], session="s1", event_id="n0")
@@ -282,7 +268,7 @@ async def test_the_index_owner_dedupes_the_next_batch_while_one_is_still_indexed
     vectors = make_vector_index(settings)
     await vectors.ensure(embedder.dim)
     redactor = Redactor(key=b"test-key")
-    services = Services(settings, pg, _SlowUpserts(vectors, 3.0), embedder, redactor)
+    services = Services(settings, pg, SlowUpserts(vectors, 3.0), embedder, redactor)
     worker = Worker(services, nats_url)
     await worker.start()
     flt = OwnerFilter(tenant="acme", user="bo")
@@ -324,20 +310,23 @@ async def test_the_index_owner_dedupes_the_next_batch_while_one_is_still_indexed
         await _delete_streams(nats_url, settings)
 
 
-class _AnswersAfterTheWrite(_SlowUpserts):
-    """Slow index writes (as ``_SlowUpserts``); a batch search sent while one is under way
-    runs at once, before the write lands, but its answer comes back only after the write has
+class _AnswersAfterTheWrite:
+    """Slow index writes (``SlowUpserts``); a batch search sent while one is under way runs
+    at once, before the write lands, but its answer comes back only after the write has
     landed and the writer has moved on."""
 
     def __init__(self, inner: Any, delay_s: float) -> None:
-        super().__init__(inner, delay_s)
+        self.inner, self.slow = inner, SlowUpserts(inner, delay_s)
         self.writes: list[asyncio.Event] = []
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
 
     async def upsert(self, points: Any) -> None:
         landed = asyncio.Event()
         self.writes.append(landed)
         try:
-            await super().upsert(points)
+            await self.slow.upsert(points)
         finally:
             landed.set()
 

@@ -28,6 +28,21 @@ from memstream.storage.qdrant_server import ServerVectorIndex
 REFUSED = "quux-refuse"  # a memory whose content holds this is refused by ``refuse_inserts``
 
 
+class SlowUpserts:
+    """A worker's real index, each upsert held back ``delay_s`` first: a batch's index write
+    still under way while the next batch is deduplicated."""
+
+    def __init__(self, inner: Any, delay_s: float) -> None:
+        self.inner, self.delay_s = inner, delay_s
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    async def upsert(self, points: Any) -> None:
+        await asyncio.sleep(self.delay_s)
+        await self.inner.upsert(points)
+
+
 async def start_worker(settings: Settings, pg: PgStore, embedder: Embedder) -> Worker:
     """A started worker over ``pg`` and a fresh vector index from ``settings``."""
     vectors = make_vector_index(settings)
