@@ -149,7 +149,7 @@ def _helped(chain: Sequence[str]) -> Begin[TurnEvent]:
     """``BatchStage.begin`` of a chain that starts with extract and redact: the batch's turns
     go to the helper process at once (``consumers/helper.py``); the rest of the work takes
     its candidates from there, then runs the later stages here. Without a helper (or with
-    the LLM extractor, which calls out from this process), the plain fused work."""
+    the LLM extractor, which calls out from this process), the work of ``_after_rows``."""
     steps = tuple(chain)
     unhelped = _after_rows(chain)
 

@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from memstream.consumers.logs import configure, log
-from memstream.consumers.stages import redacted_and_embedded
+from memstream.consumers.stages import embedded, redaction
 from memstream.pipeline.extract import extract
 from memstream.pipeline.redact import Redacts
 from memstream.schemas.events import TurnEvent
@@ -119,7 +119,8 @@ def prepare(events: Sequence[TurnEvent], redactor: Redacts, embedder: Embedder) 
     extracted_at = time.perf_counter()
     # one embedding call for the whole batch (no event loop here to hand back to); a text's
     # vector does not depend on the others of the call, but for float rounding (~1e-9)
-    flat = redacted_and_embedded(redactor, embedder, [c for cands in found for c in cands])
+    every = [c for cands in found for c in cands]
+    flat = embedded(embedder, every, [redaction(redactor, c) for c in every])
     done: list[list[Candidate]] = []
     at = 0
     for cands in found:

@@ -271,27 +271,22 @@ def with_vectors(deps: Deps, cands: Sequence[Candidate]) -> list[Candidate]:
     return embedded(deps.embedder, cands)
 
 
-def embedded(embedder: Embedder, cands: Sequence[Candidate]) -> list[Candidate]:
+def embedded(
+    embedder: Embedder,
+    cands: Sequence[Candidate],
+    changes: Sequence[dict[str, Any]] | None = None,
+) -> list[Candidate]:
     """The candidates, each carrying the dense vector of its dated, redacted content: one
     embedding call, made in the redact stage because that stage can run in many processes,
-    while dedupe and store run where the vector index is (docs/ingest.md)."""
-    vectors = embedder.embed([dated(c.content, c.occurred_at) for c in cands])
-    model = embedder.model_id
-    return [
-        c.model_copy(update={"vector": v, "vector_model": model})
-        for c, v in zip(cands, vectors, strict=True)
-    ]
-
-
-def redacted_and_embedded(
-    redactor: Redacts, embedder: Embedder, cands: Sequence[Candidate]
-) -> list[Candidate]:
-    """``embedded(embedder, [redact_candidate(redactor, c) for c in cands])``, copying each
-    candidate once instead of twice (the helper process's whole step: each copy was ~5 % of
-    its time)."""
-    updates = [redaction(redactor, c) for c in cands]
+    while dedupe and store run where the vector index is (docs/ingest.md). ``changes``: an
+    update per candidate made in the same copy (the helper's ``redaction``: one copy of each
+    candidate instead of two, each ~5 % of the helper's time); its content is embedded."""
+    updates = changes if changes is not None else [{} for _ in cands]
     vectors = embedder.embed(
-        [dated(u["content"], c.occurred_at) for c, u in zip(cands, updates, strict=True)]
+        [
+            dated(u.get("content", c.content), c.occurred_at)
+            for c, u in zip(cands, updates, strict=True)
+        ]
     )
     model = embedder.model_id
     return [
