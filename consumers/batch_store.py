@@ -13,6 +13,8 @@ from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from datetime import datetime
 
+import numpy as np
+
 from memstream.consumers import indexing
 from memstream.consumers.logs import log
 from memstream.consumers.stages import (
@@ -132,6 +134,10 @@ class Merges:
     # written (only when store runs in the same call): folded in store's transaction, or
     # stored anew if their memory went since the search
     near: list[tuple[Candidate, str]] = field(default_factory=list)
+    # the unit float32 rows of the vectors handed on, by candidate id (``dedupe.unit_rows``):
+    # the memories the store stage writes wait in ``Deps.unindexed`` as these, not converted
+    # from their lists of floats a second time
+    units: Mapping[str, np.ndarray] = field(default_factory=dict)
 
 
 async def settle(deps: Deps, merges: Merges) -> None:
@@ -262,6 +268,7 @@ async def deduped(
             for i, d in enumerate(decisions)
             if mates and d.action is Action.NEAR_MERGE
         ],
+        {cands[i].candidate_id: row for i, row in units.items()},
     )
     return forward, merges
 
@@ -367,7 +374,12 @@ async def store_begun(
         *((k.candidate.owner.tenant, k.memory_id) for k in keyed),
     ]
     waiting = [
-        dedupe.Unindexed(k.memory_id, dedupe.group_of(k.candidate), vector, k.candidate.content)
+        dedupe.Unindexed(
+            k.memory_id,
+            dedupe.group_of(k.candidate),
+            merges.units.get(k.candidate.candidate_id, vector),
+            k.candidate.content,
+        )
         for k, new in zip(keyed, inserted, strict=True)
         if new and (vector := k.candidate.vector) is not None
     ]

@@ -164,13 +164,15 @@ class Unindexed:
 
     memory_id: str
     group: tuple[object, ...]  # ``group_of`` its candidate
-    # made a unit float32 array once, here: the batches that check it while it waits would
-    # each convert a list of floats again (most of the check's time)
+    # a unit float32 array, made once: the batches that check it while it waits would each
+    # convert a list of floats again (most of the check's time). A list is made one here; an
+    # array is taken as given, unit already (``unit_rows``: the dedupe of the same call made it)
     vector: Vector
     text: str
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "vector", _unit([self.vector])[0])
+        if not isinstance(self.vector, np.ndarray):
+            object.__setattr__(self, "vector", _unit([self.vector])[0])
 
 
 def group_of(c: Candidate) -> tuple[object, ...]:

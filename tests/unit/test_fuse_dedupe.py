@@ -162,3 +162,14 @@ def test_unit_rows_feed_both_checks_as_the_lists_do() -> None:
     for i, found in by_units.items():
         assert [(m, pytest.approx(sim), t) for m, sim, t in by_lists[i]] == found
     assert unit_rows({}) == {}
+
+
+def test_a_waiting_memory_takes_its_unit_row_as_given() -> None:
+    """A memory made to wait with the unit row its batch's dedupe made keeps that very array
+    (no second conversion); with a list of floats it is made a unit float32 row itself."""
+    row = unit_rows({0: [3.0, 4.0]})[0]
+    given = Unindexed("m", group_of(cand("a")), row, "a")
+    assert given.vector is row
+    made = Unindexed("m", group_of(cand("a")), [3.0, 4.0], "a").vector
+    assert isinstance(made, np.ndarray) and made.dtype == np.float32
+    assert made.tolist() == pytest.approx([0.6, 0.8])
