@@ -84,14 +84,9 @@ async def inspect(dsn: str, schema: str = "public") -> PgReport:
             ]
         indexed = unindexed = pending = 0
         if await con.fetchval("SELECT to_regclass('memories') IS NOT NULL"):
-            waiting = (  # new rows whose points are not written yet (migration 017)
-                "EXISTS (SELECT 1 FROM memories_index_pending p WHERE p.id = memories.id)"
-                if await con.fetchval("SELECT to_regclass('memories_index_pending') IS NOT NULL")
-                else "false"
-            )
             row = await con.fetchrow(
-                f"SELECT count(*) FILTER (WHERE indexed AND NOT {waiting}) AS indexed, "
-                f"count(*) FILTER (WHERE NOT indexed OR {waiting}) AS unindexed "
+                f"SELECT count(*) FILTER (WHERE indexed) AS indexed, "
+                f"count(*) FILTER (WHERE NOT indexed) AS unindexed "
                 f"FROM memories WHERE {_INDEXABLE}"
             )
             indexed, unindexed = int(row["indexed"]), int(row["unindexed"])

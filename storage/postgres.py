@@ -46,9 +46,9 @@ __all__ = ["Clock", "OwnerFilter", "PgStore", "hash_key", "keyword_query", "migr
 _UPSERT_ROW = """
 INSERT INTO memories (id, tenant, user_id, agent_id, app, project, session, scope, type,
     content, content_hash, salience, confidence, importance, source_event_ids, metadata,
-    redactions, occurred_at, pinned, expires_at, fact_key, created_at, updated_at, tags, indexed)
+    redactions, occurred_at, pinned, expires_at, fact_key, created_at, updated_at, tags)
 VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,ARRAY[$15::text],$16::jsonb,
-        $17::jsonb,$18,$19,$20,$21,$22,$22,$23::text[],true)
+        $17::jsonb,$18,$19,$20,$21,$22,$22,$23::text[])
 ON CONFLICT (id) DO UPDATE SET
     source_event_ids = CASE WHEN $15 = ANY(memories.source_event_ids)
         THEN memories.source_event_ids ELSE memories.source_event_ids || $15::text END,
@@ -59,12 +59,6 @@ ON CONFLICT (id) DO UPDATE SET
     indexed = CASE WHEN $15 = ANY(memories.source_event_ids)
         THEN memories.indexed ELSE false END  -- the index record lists the sources
 RETURNING (xmax = 0) AS inserted, source_event_ids[1] = $15 AS own
-"""
-# a new row waits here until its point is written (``mark_indexed``; migration 017): it was
-# inserted flagged, so the mark deletes this narrow entry instead of updating the row
-_PENDING = """
-INSERT INTO memories_index_pending (id, tenant)
-SELECT * FROM unnest($1::uuid[], $2::text[]) ON CONFLICT DO NOTHING
 """
 # near-duplicate folds: each memory's new source events appended once, in the order given
 _MERGE_SET = """
@@ -177,13 +171,6 @@ class PgStore(PgReads, PgManaged, PgFacts, PgIndexRows, PgMaintenance, PgSwitche
         now = self.clock()
         args = [_upsert_args(mid, chash, c, now) for mid, chash, c in rows]
         found = await con.fetchmany(_UPSERT_ROW, args)
-        new = [
-            (mid, c.owner.tenant)
-            for (mid, _, c), r in zip(rows, found, strict=True)
-            if r["inserted"]
-        ]
-        if new:
-            await con.execute(_PENDING, [mid for mid, _ in new], [t for _, t in new])
         # a replay by the candidate that created the row (its first source) is that "stored"
         # again (its audit row exists already), not a merge
         stored = [bool(r["inserted"] or r["own"]) for r in found]

@@ -9,7 +9,7 @@ from datetime import datetime
 
 from memstream.schemas.memory import MemoryRecord
 from memstream.storage.pg.base import PgBase
-from memstream.storage.pg.sql import _COLUMNS, _record, columns
+from memstream.storage.pg.sql import _COLUMNS, _record
 
 _PLACE = "m.content, m.occurred_at, m.created_at, m.id"  # what ordering a context needs
 
@@ -117,7 +117,7 @@ class PgIndexRows(PgBase):
         memories = _once(memories)
         if not memories:
             return []
-        cols = columns("f")
+        cols = ", ".join(f"f.{c.strip()}" for c in _COLUMNS.split(","))
         rows = await self._fetch(
             f"SELECT DISTINCT ON (f.id) {cols} FROM {_neighbours('*', before=False)} f "
             "ORDER BY f.id",
@@ -127,10 +127,7 @@ class PgIndexRows(PgBase):
         return [_record(r) for r in rows]
 
     async def mark_indexed(self, ids: Sequence[str]) -> None:
-        """The points of ``ids`` are in the vector index (idempotent). A new row the store
-        stage wrote waits in ``memories_index_pending`` (its flag is set already): its entry is
-        deleted and the row left alone. A row whose flag a later write reset (a merge, a pin,
-        an edit) is updated.
+        """The points of ``ids`` are in the vector index (idempotent).
 
         A row another transaction holds is left unmarked rather than waited for. The store
         stage marks a batch while the next batch's transaction upserts and folds into the
@@ -140,9 +137,7 @@ class PgIndexRows(PgBase):
         transaction re-indexes and marks itself (a new source resets ``indexed``), or, if it
         rolls back, that the maintenance loop indexes again (idempotent)."""
         await self._fetch(
-            "WITH waited AS (DELETE FROM memories_index_pending WHERE id IN (SELECT id FROM "
-            "memories_index_pending WHERE id = ANY($1::uuid[]) FOR UPDATE SKIP LOCKED)) "
             "UPDATE memories SET indexed = true WHERE id IN (SELECT id FROM memories "
-            "WHERE id = ANY($1::uuid[]) AND NOT indexed FOR NO KEY UPDATE SKIP LOCKED)",
+            "WHERE id = ANY($1::uuid[]) FOR NO KEY UPDATE SKIP LOCKED)",
             list(ids),
         )

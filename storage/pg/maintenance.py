@@ -14,13 +14,9 @@ class PgMaintenance(PgBase):
     """What the reconciler and the sweeper read and clear."""
 
     async def unindexed(self, limit: int = 256) -> list[MemoryRecord]:
-        """Live memories not yet in the vector index (Qdrant was down when stored): flagged
-        unindexed, or new ones still waiting in ``memories_index_pending`` (two scans of an
-        index each, not one of the table)."""
+        """Live memories not yet in the vector index (Qdrant was down when stored)."""
         rows = await self._fetch(
-            f"SELECT * FROM (SELECT {_COLUMNS} FROM memories WHERE NOT indexed "
-            f"AND deleted_at IS NULL UNION ALL SELECT {_COLUMNS} FROM memories WHERE indexed "
-            "AND deleted_at IS NULL AND id IN (SELECT id FROM memories_index_pending)) u "
+            f"SELECT {_COLUMNS} FROM memories WHERE NOT indexed AND deleted_at IS NULL "
             "ORDER BY created_at LIMIT $1",
             limit,
         )

@@ -89,8 +89,6 @@ class PgManaged(PgBase):
             )
             if row is None:
                 return False
-            # a point never to be written: it no longer waits (revived, it is unindexed again)
-            await con.execute("DELETE FROM memories_index_pending WHERE id = $1", memory_id)
             await _queue_vector_deletes(con, flt.tenant, [memory_id])
             await self._event(con, flt.tenant, memory_id, "forgotten", "tombstone", {})
         return True

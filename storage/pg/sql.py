@@ -204,27 +204,12 @@ def _record(row: asyncpg.Record) -> MemoryRecord:
     )
 
 
-_FIELDS = (
+_COLUMNS = (
     "id, tenant, user_id, agent_id, app, project, session, scope, type, content, content_hash, "
     "salience, confidence, importance, pinned, access_count, source_event_ids, metadata, "
     "occurred_at, created_at, updated_at, expires_at, deleted_at, indexed, last_accessed_at, "
     "fact_key, valid_from, valid_to, superseded_by, tags"
 )
-# a row is indexed when flagged and not waiting in memories_index_pending (migration 017)
-_INDEXED = (
-    "({0}.indexed AND NOT EXISTS (SELECT 1 FROM memories_index_pending p WHERE p.id = {0}.id))"
-)
-
-
-def columns(of: str = "memories") -> str:
-    """The columns ``_record`` reads, of the rows of ``of`` (a table or an alias)."""
-    return ", ".join(
-        f"{_INDEXED.format(of)} AS indexed" if c == "indexed" else f"{of}.{c}"
-        for c in _FIELDS.split(", ")
-    )
-
-
-_COLUMNS = columns()
 
 
 def _upsert_args(memory_id: str, content_hash: str, c: Candidate, now: datetime) -> tuple[Any, ...]:

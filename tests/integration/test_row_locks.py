@@ -76,86 +76,24 @@ async def _second_held(
 
 
 async def _marked(con: asyncpg.Connection, ids: Sequence[str]) -> dict[str, bool]:
-    """Whether each memory counts as indexed: flagged, and not waiting as a new row."""
     rows = await con.fetch(
-        "SELECT id::text AS id, indexed AND NOT EXISTS (SELECT 1 FROM memories_index_pending p "
-        "WHERE p.id = m.id) AS indexed FROM memories m WHERE id = ANY($1::uuid[])",
-        list(ids),
+        "SELECT id::text AS id, indexed FROM memories WHERE id = ANY($1::uuid[])", list(ids)
     )
     return {r["id"]: r["indexed"] for r in rows}
-
-
-async def _versions(con: asyncpg.Connection, ids: Sequence[str]) -> dict[str, str]:
-    """The physical row version of each memory (a new one for every UPDATE of it)."""
-    rows = await con.fetch(
-        "SELECT id::text AS id, ctid::text AS v FROM memories WHERE id = ANY($1::uuid[])", list(ids)
-    )
-    return {r["id"]: r["v"] for r in rows}
-
-
-async def test_marking_new_memories_writes_no_new_version_of_their_rows(
-    pg: PgStore, database_url: str, namespace: str
-) -> None:
-    """New memories the store stage wrote wait as entries of their own until their points
-    are written: marking them deletes the entries and leaves the wide memory rows (every
-    index, the tsvector) alone, even a row another transaction holds, without waiting."""
-    keys = [dedupe.key(_turn(i)) for i in range(3)]
-    await pg.upsert_many([(k.memory_id, k.content_hash, k.candidate) for k in keys])
-    ids = [k.memory_id for k in keys]
-    con = await asyncpg.connect(database_url, server_settings={"search_path": namespace})
-    try:
-        assert [m.id for m in await pg.unindexed()] == ids
-        assert await _marked(con, ids) == dict.fromkeys(ids, False)
-        before = await _versions(con, ids)
-        holder = con.transaction()
-        await holder.start()
-        await con.execute(_UPDATE, ids[1])
-        await asyncio.wait_for(pg.mark_indexed(ids), timeout=5)
-        await holder.rollback()
-        assert await _versions(con, ids) == before
-        assert await _marked(con, ids) == dict.fromkeys(ids, True)
-        assert await pg.unindexed() == []
-        assert {
-            k: m.indexed for k, m in (await pg.memories_by_id([("acme", i) for i in ids])).items()
-        } == dict.fromkeys(ids, True)
-    finally:
-        await con.close()
-
-
-async def test_a_memory_forgotten_before_its_point_was_written_waits_no_more(
-    pg: PgStore, database_url: str, namespace: str
-) -> None:
-    """A new memory forgotten while its point is still to be written leaves no entry behind
-    (its point is deleted instead); the other one still waits for the reconciler."""
-    keys = [dedupe.key(_turn(i)) for i in range(2)]
-    await pg.upsert_many([(k.memory_id, k.content_hash, k.candidate) for k in keys])
-    kept, forgotten = (k.memory_id for k in keys)
-    assert await pg.tombstone(OwnerFilter(tenant="acme", user="bo"), forgotten)
-    con = await asyncpg.connect(database_url, server_settings={"search_path": namespace})
-    try:
-        waiting = await con.fetch("SELECT id::text AS id FROM memories_index_pending")
-    finally:
-        await con.close()
-    assert [r["id"] for r in waiting] == [kept]
-    assert [m.id for m in await pg.unindexed()] == [kept]
 
 
 async def test_a_mark_skips_a_row_another_transaction_holds(
     pg: PgStore, database_url: str, namespace: str
 ) -> None:
-    """Three memories a fold made unindexed again; another transaction holds the second
-    (as the next store batch's transaction holds a memory it folds a source into). Marking
-    all three returns at once, marks the other two, and leaves the held one unindexed,
-    where the maintenance loop finds it; once that transaction has ended, the mark takes it
-    too. A mark that waited would time out here: it waited for the transaction, and when
-    that transaction next wanted a row the mark held, PostgreSQL broke the deadlock only
-    after a second."""
+    """Three memories written; another transaction holds the second (as the next store
+    batch's transaction holds a memory it folds a source into). Marking all three returns
+    at once, marks the other two, and leaves the held one unindexed, where the maintenance
+    loop finds it; once that transaction has ended, the mark takes it too. A mark that
+    waited would time out here: it waited for the transaction, and when that transaction
+    next wanted a row the mark held, PostgreSQL broke the deadlock only after a second."""
     keys = [dedupe.key(_turn(i)) for i in range(3)]
     await pg.upsert_many([(k.memory_id, k.content_hash, k.candidate) for k in keys])
     ids = [k.memory_id for k in keys]
-    await pg.mark_indexed(ids)
-    for mid in ids:  # a source folded in: the row itself is flagged unindexed again
-        assert await pg.merge("acme", mid, f"e-near-{mid}")
     con = await asyncpg.connect(database_url, server_settings={"search_path": namespace})
     try:
         holder = con.transaction()
