@@ -282,6 +282,11 @@ class EmbeddedPostgres:
                 ],
                 **run,
             )
+        conf = data_dir / "postgresql.conf"
+        if "pg_stat_statements.track" not in (text := conf.read_text()):
+            # off unless `memstream bench ingest --pg-statements` turns it on for its run: on
+            # the command line it could not be (a -c setting outranks ALTER SYSTEM)
+            conf.write_text(text + "\npg_stat_statements.track = none\n")
         pidfile = data_dir / "postmaster.pid"
         if pidfile.exists():  # a server left running by an earlier run: stop it, start ours
             subprocess.run(
@@ -297,7 +302,12 @@ class EmbeddedPostgres:
     @classmethod
     def _launch(cls, data_dir: Path, port: int, uid: int | None) -> None:
         run = dict(check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, **cls._as(uid))
-        opts = f"-h 127.0.0.1 -p {port} -k '' -c fsync=on -c max_connections=200"
+        # pg_stat_statements loaded (a preload needs a restart to add), counting nothing until
+        # a benchmark asks it to (postgresql.conf, which ALTER SYSTEM overrides: see start)
+        opts = (
+            f"-h 127.0.0.1 -p {port} -k '' -c fsync=on -c max_connections=200 "
+            "-c shared_preload_libraries=pg_stat_statements"
+        )
         try:
             subprocess.run(
                 [

@@ -33,6 +33,7 @@ from typing import Any
 
 import nats
 
+from memstream.consumers.bench import pgstatements
 from memstream.consumers.bench.conversations import long_text, sessions, turns
 from memstream.consumers.bench.cpu import process_seconds
 from memstream.consumers.bench.harness import cpu_gauge, percentile, progress
@@ -146,6 +147,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             for i in range(args.turns):
                 per_session.setdefault(i % len(pool), []).append(i)
             plan = turns(args.turns, pool, args.seed, text=long_text, replies=1.0)
+            counting = await pgstatements.start(pipe.database_url) if args.pg_statements else None
             before = await pipe.counts()
             cpu_before = pipe.cpu.read()
             started = time.perf_counter()
@@ -173,6 +175,14 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             elapsed = last - started
             await pipe.wait_drained(args.timeout)
             after = await pipe.counts()
+            statements: dict[str, Any] | None = None
+            if args.pg_statements:
+                top = (
+                    []
+                    if counting
+                    else await pgstatements.stop(pipe.database_url, args.pg_statements)
+                )
+                statements = {"unavailable": counting, "top": top}
             turns_per_s = (args.turns - missing) / elapsed if elapsed > 0 else 0.0
             print(
                 f"  throughput: {args.turns - missing} turns recallable in {elapsed:.1f} s "
@@ -284,6 +294,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             "throughput": optimizations(before, after),
             "paced": optimizations(paced_before, paced_after),
         },
+        "pg_statements": statements,
     }
 
 
@@ -317,6 +328,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="worker processes, on a NATS and PostgreSQL the benchmark starts: one owns the "
         "index, the others run extract and redact; 0: the workers run inside the benchmark's "
         "process, on the embedded stack or the configured services",
+    )
+    p.add_argument(
+        "--pg-statements",
+        type=int,
+        default=0,
+        metavar="N",
+        help="also report the N statements PostgreSQL spent the most execution time on in the "
+        "throughput run (pg_stat_statements; the server must preload it, as the embedded one "
+        "does, and the role be a superuser)",
     )
 
 

@@ -136,3 +136,21 @@ def print_report(r: dict[str, Any]) -> None:
         f"{'all':<28} {sum(t['cores'].values()):>10.2f} {sum(paced['cores'].values()):>8.2f} "
         f"{sum(t['cpu_ms_per_turn'].values()):>14.3f}"
     )
+    pg = r.get("pg_statements")
+    if pg is not None:
+        print_statements(pg)
+
+
+def print_statements(pg: dict[str, Any]) -> None:
+    """``--pg-statements``: PostgreSQL's statements by execution time in the throughput run."""
+    if pg["unavailable"]:
+        print(f"\nPostgreSQL statements: not counted ({pg['unavailable']})")
+        return
+    print(
+        f"\n{'ms':>9} {'share':>6} {'calls':>7} {'rows':>7}  PostgreSQL statement, throughput run"
+    )
+    for st in pg["top"]:
+        print(
+            f"{st['ms']:>9,.1f} {st['share']:>6.1%} {st['calls']:>7} {st['rows']:>7}  "
+            f"{st['statement']}"
+        )

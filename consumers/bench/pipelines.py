@@ -68,6 +68,7 @@ class Pipeline:
     settings: Settings
     nats_url: str
     processes: int  # worker processes (0: the workers run in the benchmark's process)
+    database_url: str
     counts: Callable[[], Awaitable[Counts]]
     is_drained: Callable[[], Awaitable[bool]]
     cpu: Roles = field(default_factory=Roles)  # CPU seconds of each process, by role
@@ -103,7 +104,15 @@ async def in_process() -> AsyncIterator[Pipeline]:
 
         cpu = Roles()
         cpu.add("benchmark and workers", own_seconds)
-        yield Pipeline(bench.settings, bench.stack.nats_url, 0, counts, bench.drained, cpu)
+        yield Pipeline(
+            bench.settings,
+            bench.stack.nats_url,
+            0,
+            bench.stack.database_url,
+            counts,
+            bench.drained,
+            cpu,
+        )
 
 
 @contextlib.asynccontextmanager
@@ -143,6 +152,7 @@ async def in_processes(extra: int) -> AsyncIterator[Pipeline]:
                     settings,
                     nats_server.url,
                     len(workers),
+                    pg_server.dsn,
                     lambda: _summed(
                         nc, Subjects(namespace).ops("stats"), len(workers), pg_server.dsn
                     ),

@@ -134,12 +134,15 @@ def test_ingest_bench_reports_throughput_latency_and_loses_nothing(
     report's hop, throughput, stage (summed over processes), latency and recall figures are
     consistent; in process, recall is paced at 20 requests a second, out of process back to
     back; either way from a recall client in a process of its own. With index segments of
-    64 KB, the index's writes start optimizations, which the report counts."""
+    64 KB, the index's writes start optimizations, which the report counts. Out of process,
+    PostgreSQL's statements are counted too, the rows' upserts among them."""
     recall_rate = 20 if processes == 0 else 0
+    # PostgreSQL's statements, on the server the benchmark starts (it preloads the extension)
+    statements = "--pg-statements 4" if processes else ""
     r = bench(
         "ingest --turns 240 --paced-turns 120 --rate 100 --tenants 2 --users 2 --sessions 2 "
         f"--hop-messages 500 --timeout 120 --processes {processes} "
-        f"--recall-rate {recall_rate}".split(),
+        f"--recall-rate {recall_rate} {statements}".split(),
         nats_url,
         database_url,
         MEMSTREAM_INDEX_SEGMENT_KB="64",
@@ -206,6 +209,15 @@ def test_ingest_bench_reports_throughput_latency_and_loses_nothing(
     # the worker's own search time, read from the replies: part of what the client waited
     assert 0 < rec["server_ms"]["p50"] <= rec["latency_ms"]["p99"]
     assert rec["rate"] == (recall_rate or None)
+    if processes:  # the throughput run's statements, most time first; every turn upserted
+        pg = r["pg_statements"]
+        assert pg["unavailable"] is None and 1 <= len(pg["top"]) <= 4
+        assert [s["ms"] for s in pg["top"]] == sorted((s["ms"] for s in pg["top"]), reverse=True)
+        assert 0 < sum(s["share"] for s in pg["top"]) <= 1.001
+        upserts = [s for s in pg["top"] if s["statement"].startswith("INSERT INTO memories ")]
+        assert len(upserts) == 1 and upserts[0]["calls"] >= 240, pg
+    else:
+        assert r["pg_statements"] is None  # not asked for
     if recall_rate:  # at most one request per slot over the paced run and its drain
         paced_s = 120 / r["paced"]["achieved_rate"] + lat["p99"] / 1000
         assert rec["requests"] <= recall_rate * (paced_s + 1)

@@ -1,0 +1,64 @@
+"""PostgreSQL's statements by execution time over a benchmark run (pg_stat_statements): which
+of the pipeline's statements the database spends its time on. The embedded server preloads
+the extension with tracking off in its postgresql.conf (consumers/embedded.py); a run
+switches it on for every session with ALTER SYSTEM (the workers' pools included), reads the
+totals after, and resets it to the file's setting.
+
+Execution time is not the server's CPU: it leaves out parsing, commits and the background
+processes, and includes waits. docs/benchmarks.md ("fifteenth session") has a change that cut
+the statements' time by a tenth and cost the server more CPU; compare CPU side by side.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import asyncpg
+
+# the statement's text as reported: whitespace collapsed, cut at this many characters
+TEXT_CHARS = 90
+
+
+async def start(dsn: str) -> str | None:
+    """Count statements from now on (every session of the server, the totals reset); None
+    when counting started, else why it cannot (a server without the extension preloaded, a
+    role that may not change the setting)."""
+    con = await asyncpg.connect(dsn)
+    try:
+        await con.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+        await con.execute("ALTER SYSTEM SET pg_stat_statements.track = 'top'")
+        await con.execute("SELECT pg_reload_conf()")
+        await con.execute("SELECT pg_stat_statements_reset()")
+    except asyncpg.PostgresError as exc:
+        return f"{type(exc).__name__}: {exc}".splitlines()[0]
+    finally:
+        await con.close()
+    return None
+
+
+async def stop(dsn: str, limit: int) -> list[dict[str, Any]]:
+    """The ``limit`` statements of this database that took the most execution time since
+    ``start``, with each one's share of all of them; counting off again."""
+    con = await asyncpg.connect(dsn)
+    try:
+        rows = await con.fetch(
+            "SELECT query, calls, rows, total_exec_time AS ms, "
+            "sum(total_exec_time) OVER () AS all_ms FROM pg_stat_statements "
+            "WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database()) "
+            "ORDER BY total_exec_time DESC"
+        )
+        await con.execute("ALTER SYSTEM RESET pg_stat_statements.track")  # postgresql.conf's
+        await con.execute("SELECT pg_reload_conf()")
+    finally:
+        await con.close()
+    return [
+        {
+            "statement": re.sub(r"\s+", " ", r["query"]).strip()[:TEXT_CHARS],
+            "calls": int(r["calls"]),
+            "rows": int(r["rows"]),
+            "ms": round(float(r["ms"]), 1),
+            "share": round(float(r["ms"]) / float(r["all_ms"]), 3) if r["all_ms"] else 0.0,
+        }
+        for r in rows[:limit]
+    ]
