@@ -201,6 +201,9 @@ class EmbeddedPostgres:
     dsn: str
     data_dir: Path
     _user: int | None = field(default=None, repr=False)
+    # pg_stat_statements preloaded (``start(statements=True)``), counting nothing until a
+    # benchmark asks it to: `memstream bench ingest --pg-statements`
+    statements: bool = False
 
     @staticmethod
     def _bin(name: str) -> str:
@@ -263,7 +266,7 @@ class EmbeddedPostgres:
         return {"user": uid, "group": pwd.getpwuid(uid).pw_gid, "extra_groups": []}
 
     @classmethod
-    def start(cls, data_dir: Path) -> EmbeddedPostgres:
+    def start(cls, data_dir: Path, statements: bool = False) -> EmbeddedPostgres:
         data_dir = data_dir.resolve()
         data_dir.mkdir(parents=True, exist_ok=True)
         uid = cls._prepare_user(data_dir)
@@ -283,9 +286,9 @@ class EmbeddedPostgres:
                 **run,
             )
         conf = data_dir / "postgresql.conf"
-        if "pg_stat_statements.track" not in (text := conf.read_text()):
-            # off unless `memstream bench ingest --pg-statements` turns it on for its run: on
-            # the command line it could not be (a -c setting outranks ALTER SYSTEM)
+        if statements and "pg_stat_statements.track" not in (text := conf.read_text()):
+            # off until a benchmark turns it on for its run, with ALTER SYSTEM: a -c setting on
+            # the command line would outrank that
             conf.write_text(text + "\npg_stat_statements.track = none\n")
         pidfile = data_dir / "postmaster.pid"
         if pidfile.exists():  # a server left running by an earlier run: stop it, start ours
@@ -296,18 +299,15 @@ class EmbeddedPostgres:
                 capture_output=True,
             )
         port = free_port()
-        cls._launch(data_dir, port, uid)
-        return cls(f"postgresql://postgres@127.0.0.1:{port}/postgres", data_dir, uid)
+        cls._launch(data_dir, port, uid, statements)
+        return cls(f"postgresql://postgres@127.0.0.1:{port}/postgres", data_dir, uid, statements)
 
     @classmethod
-    def _launch(cls, data_dir: Path, port: int, uid: int | None) -> None:
+    def _launch(cls, data_dir: Path, port: int, uid: int | None, statements: bool) -> None:
         run = dict(check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, **cls._as(uid))
-        # pg_stat_statements loaded (a preload needs a restart to add), counting nothing until
-        # a benchmark asks it to (postgresql.conf, which ALTER SYSTEM overrides: see start)
-        opts = (
-            f"-h 127.0.0.1 -p {port} -k '' -c fsync=on -c max_connections=200 "
-            "-c shared_preload_libraries=pg_stat_statements"
-        )
+        opts = f"-h 127.0.0.1 -p {port} -k '' -c fsync=on -c max_connections=200"
+        if statements:  # a library to preload is loaded at start only
+            opts += " -c shared_preload_libraries=pg_stat_statements"
         try:
             subprocess.run(
                 [
@@ -372,7 +372,7 @@ class EmbeddedPostgres:
     def resume(self) -> None:
         """Start it again on the same port and data directory (after ``halt``)."""
         self._prepare_user(self.data_dir)  # a parent's mode may have changed meanwhile
-        self._launch(self.data_dir, self.port, self._user)
+        self._launch(self.data_dir, self.port, self._user, self.statements)
 
     def stop(self) -> None:
         subprocess.run(

@@ -335,8 +335,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default=0,
         metavar="N",
         help="also report the N statements PostgreSQL spent the most execution time on in the "
-        "throughput run (pg_stat_statements; the server must preload it, as the embedded one "
-        "does, and the role be a superuser)",
+        "throughput run (pg_stat_statements: the server the benchmark starts preloads it; "
+        "with --processes 0 the server must, and the role be a superuser)",
     )
 
 

@@ -1,8 +1,9 @@
 """PostgreSQL's statements by execution time over a benchmark run (pg_stat_statements): which
-of the pipeline's statements the database spends its time on. The embedded server preloads
-the extension with tracking off in its postgresql.conf (consumers/embedded.py); a run
-switches it on for every session with ALTER SYSTEM (the workers' pools included), reads the
-totals after, and resets it to the file's setting.
+of the pipeline's statements the database spends its time on. The server the benchmark
+starts for its worker processes preloads the extension with tracking off in its
+postgresql.conf (``EmbeddedPostgres.start(statements=True)``); a run switches it on for every
+session with ALTER SYSTEM (the workers' pools included), reads the totals after, and resets
+it to the file's setting. Another server must preload it itself.
 
 Execution time is not the server's CPU: it leaves out parsing, commits and the background
 processes, and includes waits. docs/benchmarks.md ("fifteenth session") has a change that cut
@@ -26,6 +27,9 @@ async def start(dsn: str) -> str | None:
     role that may not change the setting)."""
     con = await asyncpg.connect(dsn)
     try:
+        preloaded = await con.fetchval("SELECT current_setting('shared_preload_libraries')")
+        if "pg_stat_statements" not in preloaded:
+            return f"the server does not preload pg_stat_statements ({preloaded or 'nothing'})"
         await con.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
         await con.execute("ALTER SYSTEM SET pg_stat_statements.track = 'top'")
         await con.execute("SELECT pg_reload_conf()")

@@ -124,7 +124,8 @@ async def in_processes(extra: int) -> AsyncIterator[Pipeline]:
         with contextlib.ExitStack() as started:
             nats_server = await asyncio.to_thread(EmbeddedNats.start, base / "nats")
             started.callback(nats_server.stop)
-            pg_server = await asyncio.to_thread(EmbeddedPostgres.start, base / "postgres")
+            # pg_stat_statements preloaded, for --pg-statements (counting only when asked)
+            pg_server = await asyncio.to_thread(EmbeddedPostgres.start, base / "postgres", True)
             started.callback(pg_server.stop)
             env = {
                 "MEMSTREAM_NATS_URL": nats_server.url,
