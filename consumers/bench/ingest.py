@@ -177,12 +177,12 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             after = await pipe.counts()
             statements: dict[str, Any] | None = None
             if args.pg_statements:
-                top = (
-                    []
+                top, why = (
+                    ([], counting)
                     if counting
                     else await pgstatements.stop(pipe.database_url, args.pg_statements)
                 )
-                statements = {"unavailable": counting, "top": top}
+                statements = {"unavailable": why, "top": top}
             turns_per_s = (args.turns - missing) / elapsed if elapsed > 0 else 0.0
             print(
                 f"  throughput: {args.turns - missing} turns recallable in {elapsed:.1f} s "
@@ -305,6 +305,13 @@ def _per_second(text: str) -> float:
     return value
 
 
+def _count(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, not {text}")
+    return value
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--turns", type=int, default=5000, help="turns for the throughput run")
     p.add_argument("--paced-turns", type=int, default=2500, help="turns for the latency run")
@@ -331,7 +338,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--pg-statements",
-        type=int,
+        type=_count,
         default=0,
         metavar="N",
         help="also report the N statements PostgreSQL spent the most execution time on in the "

@@ -41,9 +41,17 @@ async def start(dsn: str) -> str | None:
     return None
 
 
-async def stop(dsn: str, limit: int) -> list[dict[str, Any]]:
+async def stop(dsn: str, limit: int) -> tuple[list[dict[str, Any]], str | None]:
     """The ``limit`` statements of this database that took the most execution time since
-    ``start``, with each one's share of all of them; counting off again."""
+    ``start``, with each one's share of all of them, and None; counting off again. With the
+    server gone or refusing, no statements and why (the run's other figures stand)."""
+    try:
+        return await _top(dsn, limit), None
+    except (asyncpg.PostgresError, OSError) as exc:
+        return [], f"{type(exc).__name__}: {exc}".splitlines()[0]
+
+
+async def _top(dsn: str, limit: int) -> list[dict[str, Any]]:
     con = await asyncpg.connect(dsn)
     try:
         rows = await con.fetch(

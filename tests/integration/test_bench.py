@@ -3,6 +3,7 @@ by MEMSTREAM_NATS_URL / MEMSTREAM_DATABASE_URL as a user would name external one
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
@@ -14,6 +15,8 @@ import pytest
 from hostcaps import may_lock_memory
 
 from memstream.consumers import cpulatency
+from memstream.consumers.bench import pgstatements
+from memstream.consumers.embedded import free_port
 from memstream.consumers.stages import STEPS
 
 pytestmark = pytest.mark.integration
@@ -238,3 +241,23 @@ def test_a_missing_data_file_is_a_usage_error(tmp_path: Path, name: str) -> None
     )
     assert done.returncode == 2
     assert f"no such file: {missing}" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_a_negative_statement_count_is_a_usage_error() -> None:
+    """`--pg-statements -1` says what it takes and exits 2 before anything starts."""
+    done = subprocess.run(
+        [MEMSTREAM, "bench", "ingest", "--pg-statements", "-1"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 2
+    assert "must be 0 or more, not -1" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_statements_from_a_server_gone_are_none_and_say_why() -> None:
+    """Reading the statements from a server that went away gives none and the reason, so the
+    run's other figures are still reported."""
+    top, why = asyncio.run(pgstatements.stop(f"postgresql://postgres@127.0.0.1:{free_port()}/x", 3))
+    assert top == [] and why is not None and "Connection" in why, why
