@@ -147,42 +147,38 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             for i in range(args.turns):
                 per_session.setdefault(i % len(pool), []).append(i)
             plan = turns(args.turns, pool, args.seed, text=long_text, replies=1.0)
-            counting = await pgstatements.start(pipe.database_url) if args.pg_statements else None
-            before = await pipe.counts()
-            cpu_before = pipe.cpu.read()
-            started = time.perf_counter()
-            published = 0
+            # the statement counts, if asked for, cover this run alone
+            async with pgstatements.Counting(pipe.database_url, args.pg_statements) as pg:
+                before = await pipe.counts()
+                cpu_before = pipe.cpu.read()
+                started = time.perf_counter()
+                published = 0
 
-            async def publish_session(order: list[int]) -> None:
-                nonlocal published
-                for i in order:  # one session's turns, in order
-                    t = plan[i]
-                    await clients[t.tenant].publish_turn(
-                        t.messages, user=t.user, session=t.session, event_id=ids[i]
-                    )
-                    published += 1
-                    if published % 1000 == 0 or published == args.turns:
-                        progress("published", published, args.turns, started)
+                async def publish_session(order: list[int]) -> None:
+                    nonlocal published
+                    for i in order:  # one session's turns, in order
+                        t = plan[i]
+                        await clients[t.tenant].publish_turn(
+                            t.messages, user=t.user, session=t.session, event_id=ids[i]
+                        )
+                        published += 1
+                        if published % 1000 == 0 or published == args.turns:
+                            progress("published", published, args.turns, started)
 
-            await asyncio.gather(*(publish_session(o) for o in per_session.values()))
-            publish_s = time.perf_counter() - started
-            missing = await watch.all_of(ids, args.timeout)
-            cpu_wall = time.perf_counter() - started
-            cpu_cores = pipe.cpu.cores(cpu_before, pipe.cpu.read(), cpu_wall)
-            # what a turn costs each process in CPU: the cap on turns/s that the cores set
-            cpu_ms = {k: round(1000 * c * cpu_wall / args.turns, 3) for k, c in cpu_cores.items()}
-            last = max((watch.arrived[e] for e in ids if e in watch.arrived), default=started)
-            elapsed = last - started
-            await pipe.wait_drained(args.timeout)
-            after = await pipe.counts()
-            statements: dict[str, Any] | None = None
-            if args.pg_statements:
-                top, why = (
-                    ([], counting)
-                    if counting
-                    else await pgstatements.stop(pipe.database_url, args.pg_statements)
-                )
-                statements = {"unavailable": why, "top": top}
+                await asyncio.gather(*(publish_session(o) for o in per_session.values()))
+                publish_s = time.perf_counter() - started
+                missing = await watch.all_of(ids, args.timeout)
+                cpu_wall = time.perf_counter() - started
+                cpu_cores = pipe.cpu.cores(cpu_before, pipe.cpu.read(), cpu_wall)
+                # what a turn costs each process in CPU: the cap on turns/s that the cores set
+                cpu_ms = {
+                    k: round(1000 * c * cpu_wall / args.turns, 3) for k, c in cpu_cores.items()
+                }
+                last = max((watch.arrived[e] for e in ids if e in watch.arrived), default=started)
+                elapsed = last - started
+                await pipe.wait_drained(args.timeout)
+                after = await pipe.counts()
+                statements = await pg.report()
             turns_per_s = (args.turns - missing) / elapsed if elapsed > 0 else 0.0
             print(
                 f"  throughput: {args.turns - missing} turns recallable in {elapsed:.1f} s "

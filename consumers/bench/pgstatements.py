@@ -12,7 +12,9 @@ the statements' time by a tenth and cost the server more CPU; compare CPU side b
 
 from __future__ import annotations
 
+import contextlib
 import re
+from types import TracebackType
 from typing import Any
 
 import asyncpg
@@ -41,6 +43,42 @@ async def start(dsn: str) -> str | None:
     return None
 
 
+class Counting:
+    """``async with Counting(dsn, limit) as counting: ... await counting.report()``: the
+    statements counted between the two, as the benchmark's ``pg_statements`` field (None when
+    ``limit`` is 0, nothing counted). A run that fails in between still turns counting off
+    again, so that no server is left counting by a benchmark that never read it."""
+
+    def __init__(self, dsn: str, limit: int) -> None:
+        self.dsn, self.limit = dsn, limit
+        self._why: str | None = None
+        self._on = False
+
+    async def __aenter__(self) -> Counting:
+        if self.limit:
+            self._why = await start(self.dsn)
+            self._on = self._why is None
+        return self
+
+    async def report(self) -> dict[str, Any] | None:
+        """The top statements since the start, or why there are none; counting off again."""
+        if not self.limit:
+            return None
+        top: list[dict[str, Any]] = []
+        if self._on:
+            self._on = False
+            top, self._why = await stop(self.dsn, self.limit)
+        return {"unavailable": self._why, "top": top}
+
+    async def __aexit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        if self._on:  # the run failed before its report: off again, the failure stands
+            self._on = False
+            with contextlib.suppress(asyncpg.PostgresError, OSError):
+                await _reset(await asyncpg.connect(self.dsn))
+
+
 async def stop(dsn: str, limit: int) -> tuple[list[dict[str, Any]], str | None]:
     """The ``limit`` statements of this database that took the most execution time since
     ``start``, with each one's share of all of them, and None; counting off again. With the
@@ -60,10 +98,8 @@ async def _top(dsn: str, limit: int) -> list[dict[str, Any]]:
             "WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database()) "
             "ORDER BY total_exec_time DESC"
         )
-        await con.execute("ALTER SYSTEM RESET pg_stat_statements.track")  # postgresql.conf's
-        await con.execute("SELECT pg_reload_conf()")
     finally:
-        await con.close()
+        await _reset(con)
     return [
         {
             "statement": re.sub(r"\s+", " ", r["query"]).strip()[:TEXT_CHARS],
@@ -74,3 +110,13 @@ async def _top(dsn: str, limit: int) -> list[dict[str, Any]]:
         }
         for r in rows[:limit]
     ]
+
+
+async def _reset(con: asyncpg.Connection) -> None:
+    """Counting back to postgresql.conf's setting (off, on the benchmark's server); closes
+    ``con``."""
+    try:
+        await con.execute("ALTER SYSTEM RESET pg_stat_statements.track")
+        await con.execute("SELECT pg_reload_conf()")
+    finally:
+        await con.close()

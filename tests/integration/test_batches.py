@@ -10,6 +10,7 @@ import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import numpy as np
 import pytest
 from workers import (
     REFUSED,
@@ -23,7 +24,7 @@ from workers import (
 )
 
 from memstream.consumers.batch_stages import BATCH_STAGES
-from memstream.consumers.batch_store import Merges, stored
+from memstream.consumers.batch_store import Merges, store_begun, stored
 from memstream.consumers.batching import BatchRunner
 from memstream.consumers.chains import batch_stage
 from memstream.consumers.dlq import dead_letters
@@ -61,6 +62,10 @@ def candidate(i: int, content: str) -> Candidate:
         occurred_at=AT + timedelta(seconds=i),
         redacted=True,
     )
+
+
+async def nothing() -> None:
+    return None
 
 
 async def test_poison_message_is_isolated_from_its_batch(running) -> None:
@@ -263,6 +268,27 @@ async def test_near_folds_are_written_with_the_batch_or_stored_if_their_memory_w
     (alone,) = [m for m in await running.pg.list_memories(flt) if m.content == orphan.content]
     assert alone.source_event_ids == ["e5"]
     assert ("merged", target.id) in sent and ("stored", alone.id) in sent
+
+
+async def test_a_memory_waits_for_its_point_as_the_dedupe_made_its_row(running) -> None:
+    """The store stage hands on the unit row that dedupe made of a candidate's vector
+    (``Merges.units``) to the memory that waits for its point, instead of making it again; a
+    candidate that has no such row gets one of its own."""
+    deps = running.worker.deps
+    given, alone = candidate(6, distinct_note(6)), candidate(7, distinct_note(7))
+    given, alone = (
+        c.model_copy(update={"vector": deps.embedder.embed([c.content])[0]}) for c in (given, alone)
+    )
+    row = np.asarray(given.vector, dtype=np.float32)
+    row /= np.linalg.norm(row)
+    kept, tail = await store_begun(deps, [given, alone], Merges([], [], units={"c6": row}))
+    waiting = {u.text: u.vector for u in deps.unindexed.values()}
+    await tail(nothing)
+    assert kept == 2
+    assert waiting[given.content] is row
+    assert isinstance(waiting[alone.content], np.ndarray)
+    own = np.asarray(alone.vector, dtype=np.float32)
+    assert np.allclose(waiting[alone.content], own / np.linalg.norm(own))
 
 
 async def test_a_store_retried_after_its_events_failed_announces_stored(running) -> None:

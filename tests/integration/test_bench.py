@@ -11,12 +11,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import asyncpg
 import pytest
 from hostcaps import may_lock_memory
 
 from memstream.consumers import cpulatency
 from memstream.consumers.bench import pgstatements
-from memstream.consumers.embedded import free_port
+from memstream.consumers.embedded import EmbeddedPostgres, free_port
 from memstream.consumers.stages import STEPS
 
 pytestmark = pytest.mark.integration
@@ -261,3 +262,33 @@ def test_statements_from_a_server_gone_are_none_and_say_why() -> None:
     run's other figures are still reported."""
     top, why = asyncio.run(pgstatements.stop(f"postgresql://postgres@127.0.0.1:{free_port()}/x", 3))
     assert top == [] and why is not None and "Connection" in why, why
+
+
+def test_a_run_that_fails_while_counting_leaves_the_server_not_counting(tmp_path: Path) -> None:
+    """Statements are counted server-wide (ALTER SYSTEM): a benchmark that fails before it
+    reads them turns counting off again, as one that finishes does."""
+    server = EmbeddedPostgres.start(tmp_path / "pg", statements=True)
+
+    async def track() -> str:
+        con = await asyncpg.connect(server.dsn)
+        try:
+            return str(await con.fetchval("SHOW pg_stat_statements.track"))
+        finally:
+            await con.close()
+
+    async def run() -> tuple[str, str, str]:
+        async with pgstatements.Counting(server.dsn, 3) as counting:
+            finished = await track()
+            assert (await counting.report() or {}).get("unavailable") is None
+        with pytest.raises(RuntimeError, match="the run failed"):
+            async with pgstatements.Counting(server.dsn, 3):
+                during = await track()
+                raise RuntimeError("the run failed")
+        return finished, during, await track()
+
+    try:
+        finished, during, after = asyncio.run(run())
+    finally:
+        server.stop()
+    assert finished == during == "top"
+    assert after == "none"
