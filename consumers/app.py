@@ -36,12 +36,16 @@ from memstream.consumers.extractors import LlmExtractor
 from memstream.consumers.logs import log
 from memstream.consumers.maintenance import Maintenance
 from memstream.consumers.metrics import WorkerMetrics
-from memstream.consumers.natsconn import api_keys_required, broker_options, nats_options
+from memstream.consumers.natsconn import (
+    api_keys_required,
+    broker_options,
+    nats_options,
+)
 from memstream.consumers.recall import TOUCH_STOP_S, IndexBusy, RecallService, error_reply
 from memstream.consumers.runner import StageRunner
 from memstream.consumers.services import Services
 from memstream.consumers.stages import STAGE_WORK, Deps
-from memstream.producers.connection import display_url, servers
+from memstream.producers.connection import display_url, let_go, servers
 from memstream.schemas.commands import VERBS
 from memstream.schemas.errors import ErrorCode, MemstreamError, PermanentError, describe
 from memstream.schemas.recall import RecallRequest
@@ -77,7 +81,15 @@ class _Broker(NatsBroker):
     async def stop(self, *args: Any, **kwargs: Any) -> None:
         if self.pulls is not None:
             await self.pulls.stop()
-        await super().stop(*args, **kwargs)
+        try:
+            await super().stop(*args, **kwargs)
+        except nats.errors.ConnectionReconnectingError:
+            # NATS away: faststream's drain of the connection is refused, its subscribers
+            # are stopped already (an unsubscribe needs no server); close instead
+            if self._connection is not None:
+                await let_go(self._connection)
+                self._connection = None
+            self.config.disconnect()
 
 
 def quieter_gc() -> None:
@@ -391,7 +403,10 @@ class Worker(Maintenance):
             if sub is not None and not closed:
                 await sub.unsubscribe()
         if self._recall_sub is not None and not closed:
-            await self._recall_sub.drain()
+            if self._nc is not None and self._nc.is_connected:
+                await self._recall_sub.drain()
+            else:  # a drain waits for the server: the requests left time out at the agent
+                await self._recall_sub.unsubscribe()
         await self.broker.stop()
         if self.services.helper is not None:
             await self.services.helper.close()
@@ -403,4 +418,4 @@ class Worker(Maintenance):
         if self.deps.llm is not None:
             await self.deps.llm.close()
         if self._nc is not None and not closed:
-            await self._nc.drain()
+            await let_go(self._nc)

@@ -33,7 +33,7 @@ from nats.errors import NoRespondersError
 from nats.errors import TimeoutError as NatsTimeout
 from pydantic import ValidationError
 
-from memstream.producers.connection import NatsAuth, servers
+from memstream.producers.connection import NatsAuth, let_go, servers
 from memstream.producers.errors import (
     CommandError,
     MemoryClientError,
@@ -225,7 +225,7 @@ class MemoryClient(Verbs):
         if self._pending:
             await asyncio.gather(*self._pending, return_exceptions=True)
         if self._nc is not None:
-            await self._nc.drain()
+            await let_go(self._nc)  # NATS away: closed, not drained, and no error
             self._nc = None
 
     async def __aenter__(self) -> MemoryClient:

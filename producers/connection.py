@@ -20,6 +20,7 @@ replies to recall and PubAcks arrive where the credential may listen.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import os
@@ -29,6 +30,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
+from nats.aio.client import Client
+from nats.errors import ConnectionClosedError, ConnectionReconnectingError
 from pydantic import SecretStr
 
 __all__ = ["NatsAuth", "creds_inbox_prefix", "display_url", "servers"]
@@ -156,3 +159,29 @@ class NatsAuth:
         if inbox:
             opts["inbox_prefix"] = inbox
         return opts
+
+
+async def let_go(nc: Client) -> None:
+    """Drain ``nc``, or close it while the server is away. A drain needs the server (nats-py
+    refuses one while it reconnects, and a subscription's drain waits for an answer that
+    cannot come), and whoever closes a connection, an agent leaving ``async with`` or a
+    worker told to stop, must not fail or wait for NATS to come back. Closing instead loses
+    nothing acknowledged: what a worker pulled and did not ack, the server delivers again
+    after its ack deadline, and a request not answered times out at its caller."""
+    if nc.is_closed:
+        return
+    if nc.is_connected:
+        try:
+            await nc.drain()
+            return
+        except (ConnectionReconnectingError, ConnectionClosedError):  # away since the check
+            pass
+    try:
+        await nc.close()
+    except asyncio.CancelledError:
+        task = asyncio.current_task()
+        if task is not None and task.cancelling():
+            raise  # the caller's own cancellation
+        # nats-py 2.16, closing while it reconnects: the wait for the socket its cancelled
+        # reconnect was opening ends cancelled. The client is closed all the same (its
+        # status is set first); only its disconnect and close callbacks are skipped

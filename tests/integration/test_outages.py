@@ -184,6 +184,56 @@ async def test_nats_restart_does_not_wedge_ingest(
         await worker.stop()
 
 
+async def test_a_worker_stops_while_nats_is_away(
+    own_nats: EmbeddedNats, pg: PgStore, tmp_path: Path, embedder: Embedder
+) -> None:
+    """Stopping a worker (SIGTERM, a deploy) while nats-server is down: its connections are
+    reconnecting, so nothing can be drained; the worker closes them and stops within a few
+    seconds, without an error. What it had pulled and not acked is the server's to deliver
+    again."""
+    settings = Settings(nats_url=own_nats.url, namespace="mem", state_dir=tmp_path / "state")
+    worker = await start_worker(settings, pg, embedder)
+    async with MemoryClient("acme", user="lee", nats_url=own_nats.url) as mem:
+        await mem.publish_turn(_turn(0))
+    await _until(lambda: _count(pg, OwnerFilter(tenant="acme"), 1), 30, "the first turn")
+    await asyncio.to_thread(own_nats.halt)
+    try:
+        await _until(
+            lambda: _reconnecting(worker), 10, "the worker's connections to notice the outage"
+        )
+        started = time.monotonic()
+        await asyncio.wait_for(worker.stop(), 20)
+        assert time.monotonic() - started < 10
+    finally:
+        await asyncio.to_thread(own_nats.resume)
+
+
+async def test_an_agent_leaves_its_client_while_nats_is_away(own_nats: EmbeddedNats) -> None:
+    """An agent's ``async with MemoryClient(...)`` block that ends while nats-server is down
+    ends without an error (the connection is closed, not drained) and at once: the agent's
+    turn never waits for NATS to come back."""
+    mem = await MemoryClient("acme", user="lee", nats_url=own_nats.url).connect()
+    await asyncio.to_thread(own_nats.halt)
+    try:
+        nc = mem._nc
+        assert nc is not None
+        await _until(lambda: _true(nc.is_reconnecting), 10, "the client to notice the outage")
+        started = time.monotonic()
+        await asyncio.wait_for(mem.__aexit__(None, None, None), 20)
+        assert time.monotonic() - started < 2 and nc.is_closed
+    finally:
+        await asyncio.to_thread(own_nats.resume)
+
+
+async def _true(value: bool) -> bool:
+    return value
+
+
+async def _reconnecting(worker: Worker) -> bool:
+    conns = [worker.broker._connection, worker._nc]
+    return all(c is not None and c.is_reconnecting for c in conns)
+
+
 async def _count(pg: PgStore, flt: OwnerFilter, n: int) -> bool:
     return len(await pg.list_memories(flt)) >= n
 
