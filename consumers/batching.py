@@ -226,40 +226,48 @@ class PullLoops:
         finishing: asyncio.Task[None] | None = None
         overlap: Overlap | None = None
         unfinished: set[asyncio.Task[None]] = set()
-        while not self._stopping:
-            try:
-                msgs = await sub.fetch(self.size, timeout=1.0)
-            except TimeoutError:
-                continue
-            except Exception as exc:  # noqa: BLE001 - NATS away or reconnecting: fetch again soon
-                log.debug("stage.fetch_failed", stage=stage, reason=type(exc).__name__)
-                await asyncio.sleep(backoff.next())
-                continue
-            backoff.reset()
-            if self._stopping:  # stopped while fetching: hand them back at once
-                with contextlib.suppress(Exception):
-                    await asyncio.gather(*(m.nak() for m in msgs))
-                break
-            try:
-                begun = runner.begin(msgs)
-            except Exception:  # noqa: BLE001 - as a failed batch: the messages are redelivered
-                log.exception("stage.batch_error", stage=stage)
-                continue
-            if finishing is not None and overlap is not None:
-                behind = time.perf_counter()
-                await self._behind(finishing, overlap.head_done, begun, renew_s)
-                runner.deps.stepped("behind", behind)
-            if ahead:
-                overlap = Overlap(asyncio.Event(), finishing, begun.msgs, renew_s)
-                finishing = asyncio.create_task(self._finish(stage, runner, begun, overlap))
-                unfinished.add(finishing)
-                finishing.add_done_callback(unfinished.discard)
-            else:
-                await self._finish(stage, runner, begun)
-        if unfinished:
-            await asyncio.gather(*unfinished, return_exceptions=True)
-        with contextlib.suppress(Exception):
-            await sub.unsubscribe()
+        try:
+            while not self._stopping:
+                try:
+                    msgs = await sub.fetch(self.size, timeout=1.0)
+                except TimeoutError:
+                    continue
+                except Exception as exc:  # noqa: BLE001 - NATS away or reconnecting: fetch again soon
+                    log.debug("stage.fetch_failed", stage=stage, reason=type(exc).__name__)
+                    await asyncio.sleep(backoff.next())
+                    continue
+                backoff.reset()
+                if self._stopping:  # stopped while fetching: hand them back at once
+                    with contextlib.suppress(Exception):
+                        await asyncio.gather(*(m.nak() for m in msgs))
+                    break
+                try:
+                    begun = runner.begin(msgs)
+                except Exception:  # noqa: BLE001 - as a failed batch: the messages are redelivered
+                    log.exception("stage.batch_error", stage=stage)
+                    continue
+                if finishing is not None and overlap is not None:
+                    behind = time.perf_counter()
+                    await self._behind(finishing, overlap.head_done, begun, renew_s)
+                    runner.deps.stepped("behind", behind)
+                if ahead:
+                    overlap = Overlap(asyncio.Event(), finishing, begun.msgs, renew_s)
+                    finishing = asyncio.create_task(self._finish(stage, runner, begun, overlap))
+                    unfinished.add(finishing)
+                    finishing.add_done_callback(unfinished.discard)
+                else:
+                    await self._finish(stage, runner, begun)
+            if unfinished:
+                await asyncio.gather(*unfinished, return_exceptions=True)
+        finally:
+            # Cancelled after the grace of ``stop`` (a batch held through an outage): the
+            # batches it started go too, their messages delivered again after ``ack_wait``.
+            # Without the subscription, closing the connection does not wait for messages a
+            # fetch under way had delivered (nats-py's drain waits until they are taken).
+            for task in unfinished:
+                task.cancel()
+            with contextlib.suppress(Exception):
+                await sub.unsubscribe()
 
     @staticmethod
     async def _behind(

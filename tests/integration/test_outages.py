@@ -229,6 +229,58 @@ async def _true(value: bool) -> bool:
     return value
 
 
+async def test_a_worker_stops_soon_while_postgres_is_away(
+    own_postgres: EmbeddedPostgres,
+    store: PgStore,
+    nats_url: str,
+    tmp_path: Path,
+    embedder: Embedder,
+) -> None:
+    """Stopping a worker whose stages hold a batch through a PostgreSQL outage: the batch is
+    given the pull loops' grace (10 s) and no more, and the connection closes at once
+    (the messages a fetch had delivered do not hold up its drain). Nothing is lost: a new
+    worker, once the server is back, stores every turn, the held ones delivered again (each
+    turn's event is in its memory's sources: near-duplicate turns fold)."""
+    settings = Settings(
+        nats_url=nats_url,
+        namespace="pgaway",
+        state_dir=tmp_path / "state",
+    )
+    worker = await start_worker(settings, store, embedder)
+    flt = OwnerFilter(tenant="acme")
+    stopped = False
+    try:
+        async with MemoryClient("acme", user="lee", nats_url=nats_url, namespace="pgaway") as mem:
+            for i in range(20):  # under way as the server goes
+                await mem.publish_turn([("user", f"I like green tea number {i}")], event_id=f"t{i}")
+            await asyncio.sleep(1.0)
+            await asyncio.to_thread(own_postgres.halt, "kill")
+            for i in range(20, 40):
+                await mem.publish_turn([("user", f"I like green tea number {i}")], event_id=f"t{i}")
+            await asyncio.sleep(2.0)  # their batches held, the next fetches under way
+        started = time.monotonic()
+        await asyncio.wait_for(worker.stop(), 60)
+        stopped = True
+        took = time.monotonic() - started
+        assert took < 15, f"the stop took {took:.1f} s"
+    finally:
+        if not stopped:
+            await worker.stop()
+        await worker.services.vectors.close()  # the shard, for the next worker
+        await asyncio.to_thread(own_postgres.resume)
+    worker = await start_worker(settings, store, embedder)
+    try:
+        every = {f"t{i}" for i in range(40)}
+        await _until(lambda: _events_stored(store, flt, every), 60, "every turn, after the restart")
+    finally:
+        await worker.stop()
+
+
+async def _events_stored(store: PgStore, flt: OwnerFilter, events: set[str]) -> bool:
+    stored = {e for m in await store.list_memories(flt, limit=1000) for e in m.source_event_ids}
+    return events <= stored
+
+
 async def _reconnecting(worker: Worker) -> bool:
     conns = [worker.broker._connection, worker._nc]
     return all(c is not None and c.is_reconnecting for c in conns)
