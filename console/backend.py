@@ -25,6 +25,7 @@ from nats.js.api import ConsumerConfig, DeliverPolicy
 from pydantic import ValidationError
 
 from memstream.console.overview import Rates, summary
+from memstream.producers.connection import let_go
 from memstream.schemas.commands import VERBS, CommandReply
 from memstream.schemas.errors import ErrorReply, describe
 from memstream.schemas.memory import MemoryEvent
@@ -111,9 +112,9 @@ class ConsoleBackend:
         return cls(settings, nc, redactor, owns_connection=True)
 
     async def close(self) -> None:
-        if self.owns_connection and not self.nc.is_closed:
+        if self.owns_connection:
             with contextlib.suppress(NatsError, TimeoutError):  # lost: nothing left to drain
-                await self.nc.drain()
+                await let_go(self.nc)  # NATS away: closed, not left reconnecting
 
     @property
     def subjects(self) -> Subjects:
