@@ -176,8 +176,16 @@ async def let_go(nc: Client) -> None:
             return
         except (ConnectionReconnectingError, ConnectionClosedError):  # away since the check
             pass
+    # What was published while it reconnects waits in the client's buffer, to be sent on
+    # reconnecting; nats-py 2.16's close writes it to the socket it lost, which uvloop
+    # refuses (RuntimeError: the handler is closed) halfway through the close. Closing, it
+    # could never be sent: dropped here, the close goes through.
+    if getattr(nc, "_pending_data_size", 0):
+        nc._pending, nc._pending_data_size = [], 0
     try:
         await nc.close()
+    except RuntimeError:
+        pass  # as above, should another nats-py write to the lost socket: closed already
     except asyncio.CancelledError:
         task = asyncio.current_task()
         if task is not None and task.cancelling():
