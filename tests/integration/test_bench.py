@@ -244,19 +244,6 @@ def test_a_missing_data_file_is_a_usage_error(tmp_path: Path, name: str) -> None
     assert f"no such file: {missing}" in done.stderr and "Traceback" not in done.stderr
 
 
-def test_a_negative_statement_count_is_a_usage_error() -> None:
-    """`--pg-statements -1` says what it takes and exits 2 before anything starts."""
-    done = subprocess.run(
-        [MEMSTREAM, "bench", "ingest", "--pg-statements", "-1"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert done.returncode == 2
-    assert "must be 0 or more, not -1" in done.stderr and "Traceback" not in done.stderr
-
-
 def test_statements_from_a_server_gone_are_none_and_say_why() -> None:
     """Reading the statements from a server that went away gives none and the reason, so the
     run's other figures are still reported."""

@@ -38,17 +38,22 @@ def test_invalid_settings_are_named_without_their_values(tmp_path: Path) -> None
     assert list(tmp_path.iterdir()) == []  # nothing was started in the state directory
 
 
-def test_the_bench_refuses_a_negative_latency() -> None:
-    """A negative --cpu-latency-us is refused at parse time, before anything starts."""
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["recall", "--cpu-latency-us", "-1"], "--cpu-latency-us: must be 0 or more µs, not -1"),
+        (["ingest", "--pg-statements", "-1"], "--pg-statements: must be 0 or more, not -1"),
+    ],
+    ids=["latency", "statements"],
+)
+def test_the_bench_refuses_a_negative_count(args: list[str], says: str) -> None:
+    """A negative count is refused at parse time with what the option takes, exit 2 and no
+    traceback, before anything starts."""
     done = subprocess.run(
-        [MEMSTREAM, "bench", "recall", "--cpu-latency-us", "-1"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
+        [MEMSTREAM, "bench", *args], capture_output=True, text=True, timeout=60, check=False
     )
     assert done.returncode == 2
-    assert "--cpu-latency-us: must be 0 or more µs, not -1" in done.stderr
+    assert says in done.stderr and "Traceback" not in done.stderr
 
 
 def _env(tmp_path: Path, **extra: str) -> dict[str, str]:
