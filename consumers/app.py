@@ -407,15 +407,19 @@ class Worker(Maintenance):
                 await self._recall_sub.drain()
             else:  # a drain waits for the server: the requests left time out at the agent
                 await self._recall_sub.unsubscribe()
-        await self.broker.stop()
+        # a start stopped part way (a signal during start-up) has not made them all yet
+        broker, recall, deps = (getattr(self, name, None) for name in ("broker", "recall", "deps"))
+        if broker is not None:
+            await broker.stop()
         if self.services.helper is not None:
             await self.services.helper.close()
         if self._tasks:
             await asyncio.gather(*self._tasks, return_exceptions=True)
-        await self.recall.flush_touches_within(TOUCH_STOP_S)
-        if self.deps.cache is not None:
-            await self.deps.cache.stop()
-        if self.deps.llm is not None:
-            await self.deps.llm.close()
+        if recall is not None:
+            await recall.flush_touches_within(TOUCH_STOP_S)
+        if deps is not None and deps.cache is not None:
+            await deps.cache.stop()
+        if deps is not None and deps.llm is not None:
+            await deps.llm.close()
         if self._nc is not None and not closed:
             await let_go(self._nc)

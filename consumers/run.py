@@ -9,11 +9,13 @@ import asyncio
 import contextlib
 import signal
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
 
 from memstream.consumers import creds, helper, indexproc, loops, priority, roles
+from memstream.consumers.announce import announcement as announce_text
 from memstream.consumers.app import Worker
 from memstream.consumers.cpulatency import CpuLatencyHold, hold_cpu_latency
 from memstream.consumers.embedded import EmbeddedNats, EmbeddedPostgres
@@ -83,13 +85,13 @@ class Stack:
                 if settings.embedded_bus_auth:
                     config, worker_creds = await asyncio.to_thread(bus_authority, settings)
                     settings = settings.model_copy(update={"nats_creds": worker_creds})
-                n = await asyncio.to_thread(EmbeddedNats.start, state / "nats", None, config)
+                n = await _server(EmbeddedNats.start, state / "nats", None, config)
                 embedded.append(n)
                 nats_url = n.url
             if settings.database_url:
                 db = settings.database_url.get_secret_value()
             else:
-                p = await asyncio.to_thread(EmbeddedPostgres.start, state / "postgres")
+                p = await _server(EmbeddedPostgres.start, state / "postgres")
                 embedded.append(p)
                 db = p.dsn
             pg = await PgStore.connect(db, schema=schema)
@@ -105,6 +107,20 @@ class Stack:
         await self.pg.close()
         for e in reversed(self.embedded):
             await asyncio.to_thread(e.stop)
+
+
+async def _server(start: Callable[..., Any], *args: Any) -> Any:
+    """``start(*args)``, a blocking server start, in a thread. A cancellation (a stop signal
+    during start-up) cannot stop that thread: what it starts is stopped once it is up, and
+    only then does the cancellation go on."""
+    starting = asyncio.ensure_future(asyncio.to_thread(start, *args))
+    try:
+        return await asyncio.shield(starting)
+    except asyncio.CancelledError:
+        with contextlib.suppress(Exception):
+            server = await starting
+            await asyncio.to_thread(server.stop)
+        raise
 
 
 def bus_authority(settings: Settings) -> tuple[Path, Path]:
@@ -178,6 +194,38 @@ def _lower_ingest(
     priority.lower_ingest(nice, keep, child.pid if child is not None else None)
 
 
+@dataclass
+class Running:
+    """What ``serve`` has started so far, stopped in reverse by ``close`` whether start-up
+    finished or a signal cut it short."""
+
+    stack: Stack | None = None
+    worker: Worker | None = None
+    started: bool = False  # the whole start-up finished
+    ops: Any = None
+    console: Any = None
+    gateway: Any = None
+    latency_hold: CpuLatencyHold | None = None
+
+    async def close(self, lost: bool = False) -> None:
+        if self.ops is not None:
+            self.ops.close()
+        if self.gateway is not None:
+            await self.gateway.stop()
+        if self.console is not None:
+            await self.console.stop()
+        if self.worker is not None:
+            if lost or not self.started:  # connections gone or half made: stop what can be
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(self.worker.stop(), 15)
+            else:
+                await self.worker.stop()
+        if self.stack is not None:
+            await self.stack.close()
+        if self.latency_hold is not None:
+            self.latency_hold.close()
+
+
 async def serve(settings: Settings, announce: bool, dev_key: bool = False) -> int:
     """``dev_key``: without MEMSTREAM_REDACTION_KEY, use the state directory's random key
     (``memstream dev`` always may; ``memstream worker`` only with --dev-redaction-key)."""
@@ -189,134 +237,104 @@ async def serve(settings: Settings, announce: bool, dev_key: bool = False) -> in
         return 2
     configure(settings.log_level)
     settings.state_dir.mkdir(parents=True, exist_ok=True)
-    stack: Stack | None = None
-    try:
-        embedder = make_embedder(settings.embedding_model, settings.embedding_path)
-        redactor = make_redactor(settings, key)  # before any server starts: a bad policy stops here
-        stack = await Stack.open(settings, dim=embedder.dim)
-        remote: indexproc.RemoteIndex | None = None
-        if indexproc.wanted(stack.settings):  # the shard opens (and locks) in that process
-            remote = indexproc.RemoteIndex(
-                stack.settings, stack.nats_url, stack.database_url, key, stack.schema
-            )
-            stack.vectors, stack.settings = remote, indexproc.without_recall(stack.settings)
-            await remote.start()
-        worker = make_worker(stack, embedder, redactor)
-        worker.dev_redaction_key = settings.redaction_key is None
-        if helper.wanted(settings):
-            worker.services.helper = helper.Helper(settings, key)
-        if roles.holds_index(settings.stages):  # a Qdrant Edge shard opens (and locks) here
-            await ensure_index(worker)
-        await worker.start()
-        _lower_ingest(stack.settings, remote, worker.services.helper)
-        locked(settings.lock_memory)
-        latency_hold = cpu_latency(settings.cpu_latency_us)
-    except ConfigurationError as exc:
-        log.error("startup.failed", error=str(exc))
-        print(f"memstream: {exc}", file=sys.stderr)
-        if stack is not None:  # e.g. a shard another process holds: stop what did start
-            with contextlib.suppress(Exception):
-                await stack.close()
-        return 2
-    ops = None
-    if settings.ops_port is not None:
-        from memstream.consumers.ops import serve_http
-
-        try:
-            ops = await serve_http(worker, settings.ops_host, settings.ops_port)
-        except OSError:  # port taken: a second worker on this host; take any free one
-            ops = await serve_http(worker, settings.ops_host, 0)
-    from memstream.consumers import webconsole
-
-    console = await webconsole.start(settings, stack.nats_url, worker.redactor, dev=announce)
-    ops_url = (
-        f"http://{settings.ops_host}:{ops.sockets[0].getsockname()[1]}/metrics"
-        if ops
-        else "disabled"
-    )
-    gateway = await _start_gateway(settings, stack.nats_url) if announce else None
-    # before the announcement: a signal sent once it is out stops the worker cleanly
+    # from the first step: a supervisor's stop or a Ctrl-C while the servers come up stops
+    # what has started (the embedded servers run in sessions of their own, and a signal's
+    # default action would leave them running)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
+    up = Running()
+    starting = asyncio.create_task(_start(up, settings, key, announce))
+    signalled = asyncio.create_task(stop.wait())
+    await asyncio.wait([starting, signalled], return_when=asyncio.FIRST_COMPLETED)
+    if not starting.done():
+        print("stopping ...", flush=True)
+        starting.cancel()
+        with contextlib.suppress(BaseException):
+            await starting
+        await up.close()
+        print("stopped.", flush=True)
+        return 0
+    try:
+        starting.result()
+    except ConfigurationError as exc:  # e.g. a shard another process holds
+        signalled.cancel()
+        log.error("startup.failed", error=str(exc))
+        print(f"memstream: {exc}", file=sys.stderr)
+        with contextlib.suppress(Exception):
+            await up.close()
+        return 2
+    except BaseException:
+        signalled.cancel()
+        with contextlib.suppress(Exception):
+            await up.close()
+        raise
+    assert up.stack is not None and up.worker is not None
+    stack, worker = up.stack, up.worker
     # what clients on this host need to find the stack; never a credential (they come from
     # the MEMSTREAM_NATS_* variables, see docs/security.md)
     found = {"nats_url": display_url(stack.nats_url), "namespace": settings.namespace}
-    if gateway is not None:
-        found["gateway_url"] = gateway.url
+    if up.gateway is not None:
+        found["gateway_url"] = up.gateway.url
     if not settings.database_url:  # the embedded database: loopback, no password
         found["database_url"] = stack.database_url
-    if console is not None:
-        found["console_url"] = console.url
+    if up.console is not None:
+        found["console_url"] = up.console.url
     write_stack(settings.state_dir, found)
     if announce:
-        where = "embedded" if stack.embedded else "configured"
-        qdrant = settings.qdrant_url or f"Qdrant Edge at {settings.state_dir / 'qdrant'}"
-        print(
-            f"memstream is running ({where} stack, state in {settings.state_dir.resolve()})\n"
-            f"  NATS      {display_url(stack.nats_url)}   (recall: {worker.deps.subjects.recall})\n"
-            f"  Postgres  {_redact_dsn(stack.database_url)}\n"
-            f"  Qdrant    {qdrant}\n"
-            f"  metrics   {ops_url}\n"
-            f"  gateway   {gateway.url if gateway else 'disabled'}"
-            f"{'   (API docs: ' + gateway.url + '/docs)' if gateway else ''}\n"
-            f"  console   {_console_line(console)}\n"
-            + (_bus_auth_hint(settings) if settings.embedded_bus_auth else _try_hint())
-            + "Ctrl-C stops everything.",
-            flush=True,
-        )
+        print(announce_text(settings, up), flush=True)
     # a NATS connection that closed for good (it reconnects forever: only if the client gave
     # up anyway) ends the worker non-zero, for its supervisor to restart it
-    ended = [asyncio.create_task(stop.wait()), asyncio.create_task(worker.lost.wait())]
+    ended = [signalled, asyncio.create_task(worker.lost.wait())]
     await asyncio.wait(ended, return_when=asyncio.FIRST_COMPLETED)
     for task in ended:
         task.cancel()
     code = 1 if worker.lost.is_set() else 0
     print("stopping ...", flush=True)
-    if ops is not None:
-        ops.close()
-    if gateway is not None:
-        await gateway.stop()
-    if console is not None:
-        await console.stop()
-    if code:
-        with contextlib.suppress(Exception):  # the connections are gone: stop what can be
-            await asyncio.wait_for(worker.stop(), 15)
-    else:
-        await worker.stop()
-    await stack.close()
-    if latency_hold is not None:
-        latency_hold.close()
+    await up.close(lost=bool(code))
     with contextlib.suppress(OSError):
         remove_stack(settings.state_dir)
     print("stopped.", flush=True)
     return code
 
 
-def _console_line(console: Any) -> str:
-    if console is None:
-        return "disabled (set MEMSTREAM_CONSOLE_TOKEN)"
-    where = f"token in {console.token_file}" if console.token_file else "MEMSTREAM_CONSOLE_TOKEN"
-    return f"{console.url}   (log in with the {where})"
+async def _start(up: Running, settings: Settings, key: bytes, announce: bool) -> None:
+    """Start everything, recording each part in ``up`` as soon as it exists (so that a stop
+    part way stops it)."""
+    embedder = make_embedder(settings.embedding_model, settings.embedding_path)
+    redactor = make_redactor(settings, key)  # before any server starts: a bad policy stops here
+    stack = up.stack = await Stack.open(settings, dim=embedder.dim)
+    remote: indexproc.RemoteIndex | None = None
+    if indexproc.wanted(stack.settings):  # the shard opens (and locks) in that process
+        remote = indexproc.RemoteIndex(
+            stack.settings, stack.nats_url, stack.database_url, key, stack.schema
+        )
+        stack.vectors, stack.settings = remote, indexproc.without_recall(stack.settings)
+        await remote.start()
+    worker = up.worker = make_worker(stack, embedder, redactor)
+    worker.dev_redaction_key = settings.redaction_key is None
+    if helper.wanted(settings):
+        worker.services.helper = helper.Helper(settings, key)
+    if roles.holds_index(settings.stages):  # a Qdrant Edge shard opens (and locks) here
+        await ensure_index(worker)
+    await worker.start()
+    up.started = True  # the worker: a stop from here on drains it in full
+    _lower_ingest(stack.settings, remote, worker.services.helper)
+    locked(settings.lock_memory)
+    up.latency_hold = cpu_latency(settings.cpu_latency_us)
+    if settings.ops_port is not None:
+        from memstream.consumers.ops import serve_http
 
+        try:
+            up.ops = await serve_http(worker, settings.ops_host, settings.ops_port)
+        except OSError:  # port taken: a second worker on this host; take any free one
+            up.ops = await serve_http(worker, settings.ops_host, 0)
+    from memstream.consumers import webconsole
 
-def _try_hint() -> str:
-    return (
-        "  try:      memstream publish --user alice 'I prefer green tea'\n"
-        "            memstream recall --user alice 'what tea?'\n"
-    )
-
-
-def _bus_auth_hint(settings: Settings) -> str:
-    authority = settings.state_dir / "nats-auth"
-    return (
-        f"  bus auth  on (operator mode; authority in {authority})\n"
-        f"  try:      memstream creds create --dir {authority} --tenant acme --out acme.creds\n"
-        "            memstream keys create --tenant acme\n"
-        "            MEMSTREAM_API_KEY=<key> memstream publish --tenant acme --nats-creds "
-        "acme.creds --user alice 'I prefer green tea'\n"
-    )
+    up.console = await webconsole.start(settings, stack.nats_url, worker.redactor, dev=announce)
+    if announce:
+        up.gateway = await _start_gateway(settings, stack.nats_url)
 
 
 async def _start_gateway(settings: Settings, nats_url: str) -> Any:
@@ -333,15 +351,6 @@ async def _start_gateway(settings: Settings, nats_url: str) -> Any:
         return await start_gateway(settings, nats_url, settings.gateway_host, settings.gateway_port)
     except OSError:  # port taken (another stack on this host): take any free one
         return await start_gateway(settings, nats_url, settings.gateway_host, 0)
-
-
-def _redact_dsn(dsn: str) -> str:
-    """Hide the password of a DSN for display."""
-    if "@" in dsn and ":" in dsn.split("@", 1)[0].split("//", 1)[-1]:
-        scheme, rest = dsn.split("//", 1)
-        creds, host = rest.split("@", 1)
-        return f"{scheme}//{creds.split(':', 1)[0]}:***@{host}"
-    return dsn
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

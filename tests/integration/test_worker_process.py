@@ -205,3 +205,43 @@ def test_sigterm_with_nats_away_stops_the_worker_cleanly(tmp_path: Path) -> None
     out = "".join(seen)
     assert code == 0 and "Traceback" not in out, out[-3000:]
     assert took < 15, f"the stop took {took:.1f} s"
+
+
+@pytest.mark.parametrize("server", ["nats", "postgres"])
+def test_sigterm_during_start_up_stops_what_already_started(tmp_path: Path, server: str) -> None:
+    """A stop (a supervisor's SIGTERM) that lands while memstream dev is still starting, once
+    its embedded nats-server or PostgreSQL is up and before it serves: it stops what had
+    started, says so, and exits 0, leaving no server running (they run in sessions of their
+    own, out of reach of the signal)."""
+    state = tmp_path / "state"
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("MEMSTREAM_")},
+        "MEMSTREAM_STATE_DIR": str(state),
+        "MEMSTREAM_OPS_PORT": "0",
+        "MEMSTREAM_GATEWAY_PORT": "0",
+        "PYTHONUNBUFFERED": "1",
+    }
+    proc = subprocess.Popen(
+        [MEMSTREAM, "dev"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not any(str(state / server) in _cmdline(p) for p in _processes()):
+            assert proc.poll() is None and time.monotonic() < deadline, "no server started"
+            time.sleep(0.02)
+        assert not stack_path(state).exists()  # still starting
+        proc.send_signal(signal.SIGTERM)
+        out, errors = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0 and out.endswith("stopped.\n"), (out + errors)[-2000:]
+    assert "memstream is running" not in out  # the signal did land during start-up
+    assert "Traceback" not in errors
+    left = [p.name for p in _processes() if str(state) in _cmdline(p)]
+    assert not left  # nats-server and PostgreSQL stopped with it
+
+
+def _processes() -> list[Path]:
+    return [p for p in Path("/proc").iterdir() if p.name.isdigit()]
