@@ -80,6 +80,28 @@ RETURNING m.id, m.tenant
 """
 
 
+def _by_pairs(columns: str, where: str) -> str:
+    """The memories of the (tenant, id) pairs ``$1``/``$2`` that pass ``where``, each found
+    by one primary-key lookup. Written as a join of the pairs to the table, the planner chose
+    a hash join over a scan of the whole table until it held some 30,000 rows: 5.9 ms
+    instead of 0.5 for 200 pairs at 9,000 rows, in every store batch of a young deployment.
+    A ``LATERAL ... LIMIT 1`` subquery is never flattened into such a join."""
+    return (
+        "SELECT m.* FROM unnest($1::text[], $2::uuid[]) AS q(tenant, id) CROSS JOIN LATERAL "
+        f"(SELECT {columns} FROM memories WHERE id = q.id AND tenant = q.tenant AND {where} "
+        "LIMIT 1) m"
+    )
+
+
+EXISTING_SQL = _by_pairs("tenant, id::text AS id", "deleted_at IS NULL")
+BY_ID_SQL = _by_pairs(  # $3: now
+    _COLUMNS,
+    "deleted_at IS NULL AND superseded_by IS NULL "
+    "AND (expires_at IS NULL OR pinned OR expires_at > $3) "
+    "AND (valid_to IS NULL OR valid_to > $3) AND (valid_from IS NULL OR valid_from <= $3)",
+)
+
+
 class PgStore(PgReads, PgManaged, PgFacts, PgIndexRows, PgMaintenance, PgSwitches, PgKeys, PgAudit):
     """Memories and their audit trail in one Postgres schema."""
 
@@ -89,9 +111,7 @@ class PgStore(PgReads, PgManaged, PgFacts, PgIndexRows, PgMaintenance, PgSwitche
         if not keys:
             return set()
         rows = await self._fetch(
-            "SELECT m.tenant, m.id::text AS id FROM memories m JOIN unnest($1::text[], "
-            "$2::uuid[]) AS q(tenant, id) ON m.id = q.id AND m.tenant = q.tenant "
-            "WHERE m.deleted_at IS NULL",
+            EXISTING_SQL,
             [t for t, _ in keys],
             [uuid.UUID(mid) for _, mid in keys],
         )
@@ -103,10 +123,7 @@ class PgStore(PgReads, PgManaged, PgFacts, PgIndexRows, PgMaintenance, PgSwitche
         if not keys:
             return {}
         rows = await self._fetch(
-            f"SELECT {_COLUMNS} FROM memories WHERE (tenant, id) IN "
-            "(SELECT * FROM unnest($1::text[], $2::uuid[])) AND deleted_at IS NULL "
-            "AND superseded_by IS NULL AND (expires_at IS NULL OR pinned OR expires_at > $3) "
-            "AND (valid_to IS NULL OR valid_to > $3) AND (valid_from IS NULL OR valid_from <= $3)",
+            BY_ID_SQL,
             [t for t, _ in keys],
             [uuid.UUID(mid) for _, mid in keys],
             self.clock(),
