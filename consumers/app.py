@@ -13,7 +13,6 @@ import asyncio
 import contextlib
 import dataclasses
 import gc
-import random
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -21,7 +20,7 @@ from typing import Any, cast
 
 import nats
 from faststream import AckPolicy
-from faststream.nats import JStream, NatsBroker, PullSub
+from faststream.nats import JStream, PullSub
 from faststream.nats.annotations import NatsMessage
 from pydantic import ValidationError
 
@@ -37,9 +36,11 @@ from memstream.consumers.logs import log
 from memstream.consumers.maintenance import Maintenance
 from memstream.consumers.metrics import WorkerMetrics
 from memstream.consumers.natsconn import (
+    WorkerBroker,
     api_keys_required,
     broker_options,
     nats_options,
+    reconnect_forever,
 )
 from memstream.consumers.recall import TOUCH_STOP_S, IndexBusy, RecallService, error_reply
 from memstream.consumers.runner import StageRunner
@@ -51,45 +52,6 @@ from memstream.schemas.errors import ErrorCode, MemstreamError, PermanentError, 
 from memstream.schemas.recall import RecallRequest
 from memstream.schemas.subjects import STAGES, Subjects
 from memstream.storage.ports import VectorIndex
-
-
-def reconnect_forever(closed: Any) -> dict[str, Any]:
-    """nats-py options shared by the worker's connections: reconnect forever (the default
-    gives up after 60 attempts x 2 s and leaves a worker that does nothing). nats-py has no
-    jitter of its own, so each process draws its wait from 1-2 s: a fleet restarted with its
-    server does not reconnect in step. ``closed`` runs if the client gives up anyway."""
-    return {
-        "max_reconnect_attempts": -1,
-        "reconnect_time_wait": random.uniform(1.0, 2.0),  # jitter, not a secret
-        "closed_cb": closed,
-        "error_cb": _connection_error,
-    }
-
-
-async def _connection_error(exc: Exception) -> None:
-    """One structured line per connection error (nats-py's default prints a traceback to
-    stderr for every failed reconnect attempt, outside the JSON log)."""
-    log.warning("nats.connection_error", error=type(exc).__name__)
-
-
-class _Broker(NatsBroker):
-    """faststream's broker whose ``stop`` also stops the batched stage loops (plain nats-py,
-    consumers/batching.py), so that stopping the broker stops every stage as before."""
-
-    pulls: PullLoops | None = None
-
-    async def stop(self, *args: Any, **kwargs: Any) -> None:
-        if self.pulls is not None:
-            await self.pulls.stop()
-        try:
-            await super().stop(*args, **kwargs)
-        except nats.errors.ConnectionReconnectingError:
-            # NATS away: faststream's drain of the connection is refused, its subscribers
-            # are stopped already (an unsubscribe needs no server); close instead
-            if self._connection is not None:
-                await let_go(self._connection)
-                self._connection = None
-            self.config.disconnect()
 
 
 def quieter_gc() -> None:
@@ -108,7 +70,7 @@ def quieter_gc() -> None:
 class Worker(Maintenance):
     services: Services
     nats_url: str
-    broker: _Broker = field(init=False)
+    broker: WorkerBroker = field(init=False)
     deps: Deps = field(init=False)
     recall: RecallService = field(init=False)
     commands: CommandService = field(init=False)
@@ -175,7 +137,7 @@ class Worker(Maintenance):
         self.recall.telemetry = self.telemetry
         self.auth = Authenticator(self.services.store, api_keys_required(self.settings))
         self.commands = CommandService(self.deps, self.recall, self.auth)
-        self.broker = _Broker(
+        self.broker = WorkerBroker(
             servers(self.nats_url),
             ack_policy=AckPolicy.MANUAL,
             logger=None,

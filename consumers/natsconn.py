@@ -1,16 +1,29 @@
-"""NATS connection options of the worker side, from ``Settings`` (credentials apart from the
-URL; see producers/connection.py for the variables)."""
+"""The worker side's NATS connections: their options from ``Settings`` (credentials apart
+from the URL; see producers/connection.py for the variables), reconnecting forever, and the
+broker that stops the batched stage loops with it."""
 
 from __future__ import annotations
 
-from typing import Any
+import random
+from typing import TYPE_CHECKING, Any
 
-from faststream.nats import NatsCredentials, NatsNKey, NatsToken, NatsUserPassword
+import nats
+from faststream.nats import (
+    NatsBroker,
+    NatsCredentials,
+    NatsNKey,
+    NatsToken,
+    NatsUserPassword,
+)
 from faststream.security import BaseSecurity
 
-from memstream.producers.connection import NatsAuth
+from memstream.consumers.logs import log
+from memstream.producers.connection import NatsAuth, let_go
 from memstream.schemas.errors import ConfigurationError
 from memstream.schemas.settings import Settings
+
+if TYPE_CHECKING:
+    from memstream.consumers.batching import PullLoops
 
 
 def nats_auth(settings: Settings) -> NatsAuth:
@@ -57,3 +70,42 @@ def nats_options(settings: Settings) -> dict[str, Any]:
     """Keyword arguments for ``nats.connect`` and ``NatsBroker``: credentials, inbox prefix."""
     options: dict[str, Any] = nats_auth(settings).connect_options()
     return options
+
+
+def reconnect_forever(closed: Any) -> dict[str, Any]:
+    """nats-py options shared by the worker's connections: reconnect forever (the default
+    gives up after 60 attempts x 2 s and leaves a worker that does nothing). nats-py has no
+    jitter of its own, so each process draws its wait from 1-2 s: a fleet restarted with its
+    server does not reconnect in step. ``closed`` runs if the client gives up anyway."""
+    return {
+        "max_reconnect_attempts": -1,
+        "reconnect_time_wait": random.uniform(1.0, 2.0),  # jitter, not a secret
+        "closed_cb": closed,
+        "error_cb": _connection_error,
+    }
+
+
+async def _connection_error(exc: Exception) -> None:
+    """One structured line per connection error (nats-py's default prints a traceback to
+    stderr for every failed reconnect attempt, outside the JSON log)."""
+    log.warning("nats.connection_error", error=type(exc).__name__)
+
+
+class WorkerBroker(NatsBroker):
+    """faststream's broker whose ``stop`` also stops the batched stage loops (plain nats-py,
+    consumers/batching.py), so that stopping the broker stops every stage as before."""
+
+    pulls: PullLoops | None = None
+
+    async def stop(self, *args: Any, **kwargs: Any) -> None:
+        if self.pulls is not None:
+            await self.pulls.stop()
+        try:
+            await super().stop(*args, **kwargs)
+        except nats.errors.ConnectionReconnectingError:
+            # NATS away: faststream's drain of the connection is refused, its subscribers
+            # are stopped already (an unsubscribe needs no server); close instead
+            if self._connection is not None:
+                await let_go(self._connection)
+                self._connection = None
+            self.config.disconnect()
