@@ -15,10 +15,10 @@ from typing import Any
 from memstream.consumers.batch_store import dedupe_batch, publish_to_stage, store_batch
 from memstream.consumers.batching import BatchStage, Decode
 from memstream.consumers.offload import EMBED_SLICE, Slices, offload
+from memstream.consumers.stagemetrics import StageMetrics
 from memstream.consumers.stages import (
     STAGE_WORK,
     Deps,
-    StageMetrics,
     _redact_candidate,
     decode,
     redacted_here,

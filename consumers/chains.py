@@ -28,7 +28,8 @@ from memstream.consumers.batch_store import (
 )
 from memstream.consumers.batching import OVERLAP, BatchStage, BatchWork, Begin, Overlap
 from memstream.consumers.helper import retrieved
-from memstream.consumers.stages import Deps, StageMetrics
+from memstream.consumers.stagemetrics import StageMetrics
+from memstream.consumers.stages import Deps
 from memstream.schemas.events import TurnEvent
 from memstream.schemas.memory import Candidate
 from memstream.schemas.subjects import STAGES

@@ -248,7 +248,7 @@ class WorkerMetrics:
         self.batch_size.labels(stage).observe(messages)
 
     def batch_step(self, step: str, seconds: float) -> None:
-        """A stored batch spent ``seconds`` in ``step`` (``stages.STEPS``)."""
+        """A stored batch spent ``seconds`` in ``step`` (``stagemetrics.STEPS``)."""
         self.batch_steps.labels(step).observe(seconds)
 
     def dead_lettered(self, stage: str, category: str) -> None:

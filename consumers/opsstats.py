@@ -73,7 +73,7 @@ async def snapshot(worker: Any) -> dict[str, Any]:
         # the index's optimizations that built something (each pauses the process that
         # holds a Qdrant Edge shard): how many, and their seconds in all
         "index_optimizations": {"count": worker.optimizations, "seconds": worker.optimized_s},
-        # the steps of its stored batches (``stages.STEPS``): seconds in all, and batches
+        # the steps of its stored batches (``stagemetrics.STEPS``): seconds in all, and batches
         "steps": {
             step: {"seconds": seconds, "count": int(count)}
             for step, (seconds, count) in worker.deps.steps.items()

@@ -18,7 +18,8 @@ from typing import Any
 from memstream.consumers.logs import log
 from memstream.consumers.metrics import category_of
 from memstream.consumers.outage import Backoff, hold, is_outage
-from memstream.consumers.stages import Deps, StageMetrics, Work, delivered_before
+from memstream.consumers.stagemetrics import StageMetrics
+from memstream.consumers.stages import Deps, Work, delivered_before
 from memstream.schemas.errors import PermanentError, TransientError
 from memstream.schemas.subjects import (
     DLQ_BODY_HEADER,

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from memstream.consumers.bench.pipelines import DEADLOCKS, OPTIMIZE, REDELIVERED, STEP, Counts
-from memstream.consumers.stages import STEPS
+from memstream.consumers.stagemetrics import STEPS
 from memstream.schemas.subjects import STAGES
 
 
@@ -29,7 +29,7 @@ def deadlocks(before: Counts, after: Counts) -> int:
 
 
 def step_report(before: Counts, after: Counts) -> dict[str, dict[str, float]]:
-    """Each batch step (``stages.STEPS``) between two counts: batches, and mean ms a batch."""
+    """Each batch step (``stagemetrics.STEPS``) between two counts: batches, and mean ms a batch."""
     out = {}
     for step in STEPS:
         s0, n0, *_ = before.get(STEP + step, (0.0, 0, 0, 0))

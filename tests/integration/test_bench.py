@@ -18,7 +18,7 @@ from hostcaps import may_lock_memory
 from memstream.consumers import cpulatency
 from memstream.consumers.bench import pgstatements
 from memstream.consumers.embedded import EmbeddedPostgres, free_port
-from memstream.consumers.stages import STEPS
+from memstream.consumers.stagemetrics import STEPS
 
 pytestmark = pytest.mark.integration
 

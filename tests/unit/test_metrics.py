@@ -7,7 +7,7 @@ import time
 from prometheus_client.parser import text_string_to_metric_families
 
 from memstream.consumers.metrics import DEAD_LETTER_CATEGORIES, WorkerMetrics, category_of
-from memstream.consumers.stages import StageMetrics
+from memstream.consumers.stagemetrics import StageMetrics
 from memstream.schemas.errors import (
     DataRejected,
     InvalidMessage,
