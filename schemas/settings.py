@@ -24,7 +24,9 @@ class StageSettings(BaseModel):
     # A batch being handled renews its deadline every third of this (consumers/outage.py),
     # so it bounds only a process that died or froze, not a slow batch (docs/ingest.md).
     ack_wait_s: float = Field(default=10.0, gt=0)
-    batch_size: int = Field(default=128, ge=1, le=1000)
+    # Under a backlog, 256 did ~7 % more turns/s than 128 for ~5 % less CPU a turn, recall
+    # no slower (docs/benchmarks.md, "nineteenth session")
+    batch_size: int = Field(default=256, ge=1, le=1000)
     # Each stage takes its pull batch as one unit (consumers/batching.py, docs/ingest.md);
     # false: one message per handler call, the path a batch falls back to for a message that
     # fails within it

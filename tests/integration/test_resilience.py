@@ -21,9 +21,12 @@ pytestmark = pytest.mark.integration
 async def test_topology_is_applied_and_updated(nats_url, namespace) -> None:
     """Streams and durable consumers get exactly the configured settings; applying twice is a
     no-op; a changed setting (the delivery limit, the ack deadline) updates the existing
-    consumer in place."""
+    consumer in place, and so does a changed batch size (its ack-pending limit: an upgrade
+    from the default of 128 to 256 finds consumers created at 128)."""
     settings = Settings(
-        nats_url=nats_url, namespace=namespace, stage=StageSettings(max_deliver=4, ack_wait_s=12)
+        nats_url=nats_url,
+        namespace=namespace,
+        stage=StageSettings(max_deliver=4, ack_wait_s=12, batch_size=128),
     )
     nc = await nats.connect(nats_url)
     js = nc.jetstream()
@@ -33,6 +36,7 @@ async def test_topology_is_applied_and_updated(nats_url, namespace) -> None:
         for stage, (stream, cfg) in topo.consumers.items():
             info = await js.consumer_info(stream, cfg.durable_name or "")
             assert info.config.max_deliver == 4 and info.config.ack_wait == 12, stage
+            assert info.config.max_ack_pending == 128 * 16, stage
             assert (
                 str(getattr(info.config.ack_policy, "value", info.config.ack_policy)) == "explicit"
             )
@@ -41,10 +45,12 @@ async def test_topology_is_applied_and_updated(nats_url, namespace) -> None:
             str(getattr(stages.config.retention, "value", stages.config.retention)) == "workqueue"
         )
         changed = settings.model_copy(update={"stage": StageSettings(max_deliver=7, ack_wait_s=10)})
+        assert changed.stage.batch_size == 256  # the default
         await apply(js, changed)
         stream, cfg = topology(changed).consumers["store"]
         updated = (await js.consumer_info(stream, cfg.durable_name or "")).config
         assert (updated.max_deliver, updated.ack_wait) == (7, 10)
+        assert updated.max_ack_pending == 256 * 16
     finally:
         for s in topology(settings).streams:
             await js.delete_stream(s.name or "")
