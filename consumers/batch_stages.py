@@ -2,7 +2,8 @@
 each message, then one call per step over the whole batch.
 
 Each stage's work is a function from its batch to what it hands on (``extracted``,
-``redacted`` here; ``deduped``, ``stored`` in consumers/batch_store.py, with what they write);
+``redacted`` here; ``deduped`` in consumers/batch_dedupe.py, ``stored`` in
+consumers/batch_store.py, with what they write);
 a stage publishes that to the next stage's subject. A process hands a batch on in memory
 through the consecutive stages it runs (consumers/chains.py; docs/ingest.md, "Fused
 stages")."""

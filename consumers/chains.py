@@ -10,6 +10,7 @@ import time
 from collections.abc import Awaitable, Callable, Collection, Sequence
 from typing import Any, TypeVar
 
+from memstream.consumers.batch_dedupe import Merges, deduped
 from memstream.consumers.batch_stages import (
     BATCH_STAGES,
     count_redactions,
@@ -17,15 +18,7 @@ from memstream.consumers.batch_stages import (
     memory_on,
     redacted,
 )
-from memstream.consumers.batch_store import (
-    Merges,
-    Tail,
-    deduped,
-    publish_to_stage,
-    settle,
-    store_begun,
-    stored,
-)
+from memstream.consumers.batch_store import Tail, publish_to_stage, settle, store_begun, stored
 from memstream.consumers.batching import OVERLAP, BatchStage, BatchWork, Begin, Overlap
 from memstream.consumers.helper import retrieved
 from memstream.consumers.stagemetrics import StageMetrics

@@ -23,8 +23,9 @@ from workers import (
     refuse_inserts,
 )
 
+from memstream.consumers.batch_dedupe import Merges
 from memstream.consumers.batch_stages import BATCH_STAGES
-from memstream.consumers.batch_store import Merges, store_begun, stored
+from memstream.consumers.batch_store import store_begun, stored
 from memstream.consumers.batching import BatchRunner
 from memstream.consumers.chains import batch_stage
 from memstream.consumers.dlq import dead_letters
