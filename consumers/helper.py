@@ -30,7 +30,6 @@ import contextlib
 import multiprocessing
 import os
 import pickle
-import signal
 import threading
 import time
 from collections.abc import Sequence
@@ -39,6 +38,7 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
+from memstream.consumers import spawned
 from memstream.consumers.logs import configure, log
 from memstream.consumers.stages import embedded, redaction
 from memstream.pipeline.extract import extract
@@ -60,17 +60,14 @@ class Prepared:
     redact_s: float
 
 
-PARENT_CHECK_S = 0.5  # how often the helper checks that its worker is still there
-
-
 def _child(work: Connection, answers: Connection, settings: Settings, key: bytes) -> None:
     """The child's main: its redactor and embedder, built as the parent builds them, then one
     answer per batch of turns until the worker closes the work pipe."""
     # Ctrl-C reaches the whole process group: the parent stops the child, not the signal
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    spawned.ignore_ctrl_c()
     # A worker killed outright (kill -9, out of memory) cannot stop its helper: the child
     # leaves on its own once it has been handed to another parent (or its work pipe ends).
-    threading.Thread(target=_exit_with, args=(os.getppid(),), daemon=True).start()
+    threading.Thread(target=spawned.exit_with, args=(os.getppid(),), daemon=True).start()
     try:
         from memstream.consumers.redaction_key import make_redactor
         from memstream.storage.embedding import make_embedder
@@ -103,12 +100,6 @@ def _answer(answers: Connection, answer: tuple[str, Any]) -> None:
         data = pickle.dumps(("error", RuntimeError(f"helper: {type(exc).__name__}")))
     with contextlib.suppress(OSError):  # the worker is gone
         answers.send_bytes(data)
-
-
-def _exit_with(parent: int) -> None:
-    while os.getppid() == parent:
-        time.sleep(PARENT_CHECK_S)
-    os._exit(0)
 
 
 def prepare(events: Sequence[TurnEvent], redactor: Redacts, embedder: Embedder) -> Prepared:
@@ -177,7 +168,7 @@ class Helper:
             name="memstream-helper",
             daemon=True,
         )
-        proc.start()
+        spawned.start(proc)
         # only the worker's ends stay here: a child that dies closes the last write end of
         # its answers, and a read waiting for them ends with EOF
         work_in.close()

@@ -15,8 +15,7 @@ import socket
 import threading
 from typing import Any
 
-from memstream.consumers import loops
-from memstream.consumers.helper import _exit_with
+from memstream.consumers import loops, spawned
 from memstream.consumers.indexwire import METHODS, RECALL_HANDOVER, frame, read
 from memstream.consumers.logs import configure, log
 from memstream.schemas.errors import MemstreamError, StorageUnavailable
@@ -52,13 +51,13 @@ def main(
     sock: socket.socket, settings: Settings, nats_url: str, dsn: str, key: bytes, schema: str
 ) -> None:
     # Ctrl-C reaches the whole process group: the worker stops the child, not the signal
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    spawned.ignore_ctrl_c()
     # A worker killed outright cannot stop its child, and the child holds the shard's lock,
     # which the worker started again in its place needs: the kernel kills the child with its
     # worker (Linux), else the child leaves on its own within PARENT_CHECK_S.
     _linux_prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
     _linux_prctl(PR_SET_NAME, NAME)  # /proc/<pid>/comm: tells it from the helper process
-    threading.Thread(target=_exit_with, args=(os.getppid(),), daemon=True).start()
+    threading.Thread(target=spawned.exit_with, args=(os.getppid(),), daemon=True).start()
     loops.run(_serve(sock, settings, nats_url, dsn, key, schema), settings.event_loop)
 
 

@@ -35,7 +35,7 @@ from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from memstream.consumers import indexchild, indexwire
+from memstream.consumers import indexchild, indexwire, spawned
 from memstream.consumers.helper import retrieved, usable_cpus
 from memstream.consumers.logs import log
 from memstream.consumers.outage import Backoff
@@ -311,7 +311,7 @@ class RemoteIndex:
 
 def _started(proc: Any) -> int:
     """Start ``proc``; the id of the thread that did (``RemoteIndex._launcher``)."""
-    proc.start()
+    spawned.start(proc)
     return threading.get_native_id()
 
 
