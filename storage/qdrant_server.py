@@ -10,7 +10,8 @@ owner filter, or ``IdfScope.GLOBAL`` for "collection"); the server must support 
 search params (qdrant-client 1.20's API). Writes use ``wait=True``: they return once the
 server has applied them (and written its WAL). ``optimize()`` is a no-op: the server
 optimizes in the background. ``ensure()`` on a collection without ``bm25`` adds it with
-``create_vector_name``.
+``create_vector_name``. The payload, the indexed fields and the filters a ``VectorFilter``
+becomes are in storage/server_layout.py.
 
 ``url`` (+ ``api_key``) reaches a server; ``location=":memory:"`` or ``path=`` runs
 qdrant-client's local mode (tests; exact search, payload indexes ignored).
@@ -39,18 +40,25 @@ from memstream.storage.ports import (
     RecordHit,
     VectorFilter,
     VectorPoint,
-    payload_fields,
     sparse_pairs,
+)
+from memstream.storage.server_layout import (
+    BOOL_FIELDS,
+    FLOAT_FIELDS,
+    KEYWORD_FIELDS,
+    SPARSE_NAME,
+    has_bm25,
+    idf_corpus,
+    match_value,
+    payload,
+    server_filter,
+    stored_record,
 )
 
 __all__ = ["ServerVectorIndex"]
 
 T = TypeVar("T")
 
-SPARSE_NAME = "bm25"
-KEYWORD_FIELDS = ("user", "agent", "session", "type", "scope", "project", "tags")
-FLOAT_FIELDS = ("occurred_at", "expires_at")
-BOOL_FIELDS = ("pinned",)
 _UNAVAILABLE: tuple[type[BaseException], ...] = (
     ResponseHandlingException,
     httpx.TransportError,
@@ -64,101 +72,6 @@ try:  # grpcio comes with qdrant-client; only raised when prefer_grpc=True
     _UNAVAILABLE = (*_UNAVAILABLE, RpcError)
 except ImportError:  # pragma: no cover
     pass
-
-
-def payload(p: VectorPoint) -> dict[str, Any]:
-    """Everything in the point but the vectors; absent values are stored as null."""
-    return {**payload_fields(p), "record": dict(p.record)}
-
-
-def _match(key: str, value: str) -> models.FieldCondition:
-    return models.FieldCondition(key=key, match=models.MatchValue(value=value))
-
-
-def _empty(key: str) -> models.IsEmptyCondition:
-    return models.IsEmptyCondition(is_empty=models.PayloadField(key=key))
-
-
-def _owner_conditions(flt: VectorFilter) -> tuple[list[models.Condition], list[models.Condition]]:
-    """(must, must_not) for whose points ``flt`` reads (``VectorFilter``'s owner rules); an
-    unset user or agent of the owner matches only points without one."""
-    must: list[models.Condition] = [_match("tenant", flt.tenant)]
-    if flt.peer:
-        must.append(_empty("user"))
-        if flt.agent is not None:
-            must.append(_match("agent", flt.agent))
-        must_not: list[models.Condition] = [_empty("agent")]
-        if flt.exclude_agent is not None:
-            must_not.append(_match("agent", flt.exclude_agent))
-        return must, must_not
-    if flt.user is None and flt.agent is None:
-        return must, []
-    own = models.Filter(
-        must=[
-            _match(key, value) if value is not None else _empty(key)
-            for key, value in (("user", flt.user), ("agent", flt.agent))
-        ]
-    )
-    if not flt.shared:
-        return [*must, own], []
-    shared: list[models.Condition] = [own, _match("scope", "global")]
-    if flt.project is not None:
-        shared.append(
-            models.Filter(must=[_match("scope", "project"), _match("project", flt.project)])
-        )
-    return [*must, models.Filter(should=shared)], []
-
-
-def server_filter(flt: VectorFilter) -> models.Filter:
-    """Whose points (``_owner_conditions``); every other field of ``flt`` narrows (AND);
-    expired points are hidden."""
-    must, must_not = _owner_conditions(flt)
-    if flt.session is not None:
-        must.append(_match("session", flt.session))
-    if flt.types:
-        any_type = models.MatchAny(any=[t.value for t in flt.types])
-        must.append(models.FieldCondition(key="type", match=any_type))
-    if flt.scopes:
-        any_scope = models.MatchAny(any=[s.value for s in flt.scopes])
-        must.append(models.FieldCondition(key="scope", match=any_scope))
-    must += [_match("tags", tag) for tag in flt.tags]  # one condition per tag: all of them
-    if flt.occurred_from is not None or flt.occurred_to is not None:
-        span = models.Range(gte=flt.occurred_from, lte=flt.occurred_to)
-        must.append(models.FieldCondition(key="occurred_at", range=span))
-    if flt.now is not None:  # a null or missing expires_at never matches the range: kept
-        expired = models.Range(lte=flt.now)
-        must_not.append(models.FieldCondition(key="expires_at", range=expired))
-    return models.Filter(must=must, must_not=must_not or None)
-
-
-def idf_corpus(flt: VectorFilter, scope: IdfScope) -> models.Filter | None:
-    """The points BM25's IDF is computed over: the tenant (default), the tenant narrowed to
-    the owner (user and/or agent) the filter names, or the whole collection (``None``).
-    Session, type, time and tag filters never change the statistics."""
-    if scope == "collection":
-        return None
-    must: list[models.Condition] = [_match("tenant", flt.tenant)]
-    if scope == "owner":
-        for key, value in (("user", flt.user), ("agent", flt.agent)):
-            if value is not None:
-                must.append(_match(key, value))
-    return models.Filter(must=must)
-
-
-def _record(payload: dict[str, Any] | None) -> Record:
-    record = (payload or {}).get("record")
-    return record if isinstance(record, dict) else {}
-
-
-def _has_bm25(info: models.CollectionInfo) -> bool:
-    sparse = info.config.params.sparse_vectors or {}
-    params = sparse.get(SPARSE_NAME)
-    if params is not None and params.modifier != models.Modifier.IDF:
-        raise ConfigurationError(
-            f"sparse vector {SPARSE_NAME!r} exists without the IDF modifier: drop it "
-            "(delete_vector_name) and run ensure() again, then re-upsert the memories"
-        )
-    return params is not None
 
 
 class ServerVectorIndex:
@@ -240,7 +153,7 @@ class ServerVectorIndex:
             raise ConfigurationError(
                 f"collection {name!r} has no {dim}-dim vector named {self.vector_name!r}"
             )
-        if not _has_bm25(info):
+        if not has_bm25(info):
             await self._add_bm25()
         self._dim = dim
         wanted: list[tuple[str, models.PayloadSchemaType | models.KeywordIndexParams]] = [
@@ -270,7 +183,7 @@ class ServerVectorIndex:
             )
         except (UnexpectedResponse, ValueError):  # another worker may have added it first
             info = await self._call("get_collection", self._client.get_collection(self.collection))
-            if not _has_bm25(info):
+            if not has_bm25(info):
                 raise
 
     async def upsert(self, points: Sequence[VectorPoint]) -> None:
@@ -300,7 +213,7 @@ class ServerVectorIndex:
             ),
         )
         if with_records:
-            return [(str(p.id), float(p.score), _record(p.payload)) for p in response.points]
+            return [(str(p.id), float(p.score), stored_record(p.payload)) for p in response.points]
         return [(str(p.id), float(p.score)) for p in response.points]
 
     @overload
@@ -361,7 +274,8 @@ class ServerVectorIndex:
             "query_batch_points", self._client.query_batch_points(self.collection, requests)
         )
         return [
-            [(str(p.id), float(p.score), _record(p.payload)) for p in r.points] for r in responses
+            [(str(p.id), float(p.score), stored_record(p.payload)) for p in r.points]
+            for r in responses
         ]
 
     @overload
@@ -426,7 +340,7 @@ class ServerVectorIndex:
             ),
         )
         return {
-            given[str(r.id)]: _record(r.payload)
+            given[str(r.id)]: stored_record(r.payload)
             for r in found
             if r.payload is not None and r.payload.get("tenant") == tenant
         }
@@ -437,7 +351,7 @@ class ServerVectorIndex:
             return
         has_id = models.HasIdCondition(has_id=[str(uuid.UUID(i)) for i in ids])
         selector = models.FilterSelector(
-            filter=models.Filter(must=[has_id, _match("tenant", tenant)])
+            filter=models.Filter(must=[has_id, match_value("tenant", tenant)])
         )
         await self._call("delete", self._client.delete(self.collection, selector, wait=True))
 
@@ -448,7 +362,7 @@ class ServerVectorIndex:
 
     async def count(self, tenant: str | None = None) -> int:
         """Points stored, of one tenant or of all (expired ones included)."""
-        flt = models.Filter(must=[_match("tenant", tenant)]) if tenant is not None else None
+        flt = models.Filter(must=[match_value("tenant", tenant)]) if tenant is not None else None
         result = await self._call(
             "count", self._client.count(self.collection, count_filter=flt, exact=True)
         )
