@@ -67,6 +67,8 @@ def ctrl_c_to_new_children() -> Iterator[list[int]]:
 
 
 async def test_a_helper_sent_ctrl_c_while_it_imports_starts_and_prepares(capfd) -> None:
+    """A helper sent SIGINT the moment it exists still starts, prepares a turn, and prints
+    no KeyboardInterrupt."""
     helper = Helper(Settings(), b"k" * 32)
     try:
         with ctrl_c_to_new_children() as sent:
@@ -85,6 +87,8 @@ async def test_a_helper_sent_ctrl_c_while_it_imports_starts_and_prepares(capfd) 
 async def test_an_index_process_sent_ctrl_c_while_it_imports_starts_and_answers(
     capfd, nats_url: str, database_url: str, namespace: str, tmp_path: Path, embedder
 ) -> None:
+    """An index process sent SIGINT the moment it exists still starts, stores a point and
+    finds it, and prints no KeyboardInterrupt."""
     settings = Settings(nats_url=nats_url, namespace=namespace, state_dir=tmp_path)
     index = RemoteIndex(settings, nats_url, database_url, b"test-key", schema=namespace)
     try:
