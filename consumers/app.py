@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import gc
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -42,6 +41,7 @@ from memstream.consumers.natsconn import (
     nats_options,
     reconnect_forever,
 )
+from memstream.consumers.quietgc import quieter_gc
 from memstream.consumers.recall import TOUCH_STOP_S, IndexBusy, RecallService, error_reply
 from memstream.consumers.runner import StageRunner
 from memstream.consumers.services import Services
@@ -52,18 +52,6 @@ from memstream.schemas.errors import ErrorCode, MemstreamError, PermanentError, 
 from memstream.schemas.recall import RecallRequest
 from memstream.schemas.subjects import STAGES, Subjects
 from memstream.storage.ports import VectorIndex
-
-
-def quieter_gc() -> None:
-    """Fewer, cheaper garbage collections for a worker process. What is alive once the
-    worker is built (modules, the model, the rules) is frozen out of every collection, and a
-    collection of the youngest objects waits for 50,000 allocations instead of 700: a stage
-    batch allocates that many in a few milliseconds, and collections walking the long-lived
-    heap were a tenth of the worker's CPU and the worst of recall's tail (docs/benchmarks.md,
-    2026-11-25, "fused stages")."""
-    gc.collect()
-    gc.freeze()
-    gc.set_threshold(50_000, 20, 100)
 
 
 @dataclass

@@ -40,6 +40,7 @@ from typing import Any
 
 from memstream.consumers import spawned
 from memstream.consumers.logs import configure, log
+from memstream.consumers.quietgc import quieter_gc
 from memstream.consumers.stages import embedded, redaction
 from memstream.pipeline.extract import extract
 from memstream.pipeline.redact import Redacts
@@ -80,6 +81,7 @@ def _child(work: Connection, answers: Connection, settings: Settings, key: bytes
     except Exception as exc:  # noqa: BLE001 - the worker's start raises it
         _answer(answers, ("error", exc))
         return
+    quieter_gc()
     _answer(answers, ("ready", None))
     while True:
         try:

@@ -64,7 +64,8 @@ def main(
 async def _serve(
     sock: socket.socket, settings: Settings, nats_url: str, dsn: str, key: bytes, schema: str
 ) -> None:
-    from memstream.consumers.app import Worker, quieter_gc
+    from memstream.consumers.app import Worker
+    from memstream.consumers.quietgc import quieter_gc
     from memstream.consumers.redaction_key import make_redactor
     from memstream.consumers.run import make_vector_index
     from memstream.consumers.services import Services

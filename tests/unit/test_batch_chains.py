@@ -53,7 +53,8 @@ def test_a_worker_process_freezes_its_startup_heap_and_collects_less_often() -> 
     collection and raises the youngest generation's threshold, in a fresh process."""
     code = (
         "import gc\n"
-        "from memstream.consumers.app import quieter_gc\n"
+        "import memstream.consumers.app  # what a worker has loaded\n"
+        "from memstream.consumers.quietgc import quieter_gc\n"
         "before = (gc.get_freeze_count(), gc.get_threshold()[0])\n"
         "quieter_gc()\n"
         "print(before, (gc.get_freeze_count() > 10_000, gc.get_threshold()[0]))\n"

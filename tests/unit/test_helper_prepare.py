@@ -4,6 +4,8 @@ stages compute for the same turns, and which workers get a helper."""
 from __future__ import annotations
 
 import pickle
+import subprocess
+import sys
 
 import pytest
 
@@ -104,3 +106,27 @@ def test_usable_cpus_follow_the_affinity(monkeypatch) -> None:
     assert helper.usable_cpus() == 1
     monkeypatch.setattr("os.sched_getaffinity", lambda pid: {0, 1, 2, 3})
     assert 1 <= helper.usable_cpus() <= 4
+
+
+def test_the_helper_process_collects_garbage_as_a_worker_does() -> None:
+    """The helper's main (``_child``), run as a spawned child runs it, has frozen its start-up
+    heap and raised the youngest generation's threshold by the time it answers ready: with
+    the interpreter's defaults, collections were a fifth of its busy samples."""
+    code = (
+        "import gc, pickle, threading\n"
+        "from multiprocessing import Pipe\n"
+        "from memstream.consumers import helper\n"
+        "from memstream.schemas.settings import Settings\n"
+        "work_in, work_out = Pipe(duplex=False)\n"
+        "answers_in, answers_out = Pipe(duplex=False)\n"
+        "def watch():\n"
+        "    kind = pickle.loads(answers_in.recv_bytes())[0]\n"
+        "    print(kind, gc.get_threshold()[0], gc.get_freeze_count() > 10_000, flush=True)\n"
+        "    work_out.close()  # the child reads EOF and returns\n"
+        "threading.Thread(target=watch).start()\n"
+        "helper._child(work_in, answers_out, Settings(), b'k' * 32)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120
+    )
+    assert out.stdout.split() == ["ready", "50000", "True"]
