@@ -32,6 +32,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         code: int = args.func(args)
+    except KeyboardInterrupt:
+        # Ctrl-C: each command has stopped what it started on its way out (asyncio.run
+        # cancels its tasks, their finally blocks stop the servers); a traceback would only
+        # say where it was waiting. 130 is what a shell reports for a command stopped by SIGINT
+        print("memstream: interrupted", file=sys.stderr)
+        return 130
     except ValidationError as exc:
         if exc.title != "Settings":
             raise

@@ -6,8 +6,10 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -242,6 +244,45 @@ def test_a_missing_data_file_is_a_usage_error(tmp_path: Path, name: str) -> None
     )
     assert done.returncode == 2
     assert f"no such file: {missing}" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_ctrl_c_stops_a_benchmark_without_a_traceback(nats_url: str, database_url: str) -> None:
+    """Ctrl-C (SIGINT to the process group, as a terminal sends it) in the middle of a
+    benchmark: it stops what it started, says it was interrupted and exits 130, the code a
+    shell gives a command stopped by SIGINT, instead of printing a KeyboardInterrupt
+    traceback."""
+    env = {**os.environ, "MEMSTREAM_NATS_URL": nats_url, "MEMSTREAM_DATABASE_URL": database_url}
+    proc = subprocess.Popen(
+        [MEMSTREAM, "bench", "recall", "--memories", "200000", "--noise-tenants", "0"],
+        env=env,
+        stderr=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        start_new_session=True,  # its own process group, as a terminal's foreground job
+    )
+    assert proc.stderr is not None
+    seen = b""
+    try:
+        while b"memories (queried tenant)" not in seen:  # loading: its workers are running
+            chunk = proc.stderr.read1(4096)
+            assert chunk, seen.decode(errors="replace")
+            seen += chunk
+        os.killpg(proc.pid, signal.SIGINT)
+        _, rest = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    err = (seen + rest).decode(errors="replace")
+    assert proc.returncode == 130, err[-2000:]
+    assert "memstream: interrupted" in err and "Traceback" not in err, err[-2000:]
+    deadline = time.monotonic() + 10  # and nothing it started is left in its group
+    while True:
+        try:
+            os.killpg(proc.pid, 0)
+        except ProcessLookupError:
+            break
+        assert time.monotonic() < deadline, "processes of the benchmark outlived it"
+        time.sleep(0.1)
 
 
 def test_statements_from_a_server_gone_are_none_and_say_why() -> None:
