@@ -263,7 +263,7 @@ def test_ctrl_c_stops_a_benchmark_without_a_traceback(nats_url: str, database_ur
     seen = b""
     try:
         while b"memories (queried tenant)" not in seen:  # loading: its workers are running
-            chunk = proc.stderr.read1(4096)
+            chunk = os.read(proc.stderr.fileno(), 4096)
             assert chunk, seen.decode(errors="replace")
             seen += chunk
         os.killpg(proc.pid, signal.SIGINT)
