@@ -22,7 +22,7 @@ from __future__ import annotations
 import bisect
 import hmac
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import NamedTuple, Protocol
 
 import re2
@@ -46,6 +46,7 @@ from memstream.pipeline.redact._core import (
     PLACEHOLDER as PLACEHOLDER,
 )
 from memstream.pipeline.redact._gitleaks import GitleaksRules
+from memstream.pipeline.redact._spans import Span, all_placeholders, overlaps, rendered, to_original
 
 __all__ = [
     "LABELS",
@@ -114,14 +115,6 @@ class RedactionPolicy(BaseModel):
         if unknown:
             raise ValueError(f"unknown labels: {sorted(unknown)}")
         return value
-
-
-class Span(NamedTuple):
-    """A redacted range of the original text (end exclusive) and its label."""
-
-    start: int
-    end: int
-    label: str
 
 
 class Redacted(NamedTuple):
@@ -243,9 +236,9 @@ class Redactor:
             # redacting the output again changes nothing).
             if not fresh:
                 break
-            marks = _all_placeholders(placeholders(text), spans)
-            found = self._detect_near(current, _rendered(fresh, spans), marks)
-            fresh = _to_original(found, spans)
+            marks = all_placeholders(placeholders(text), spans)
+            found = self._detect_near(current, rendered(fresh, spans), marks)
+            fresh = to_original(found, spans)
             spans = sorted(spans + fresh, key=lambda s: s.start)
             if fresh:
                 current = self._render(text, spans, tenant, tokens)
@@ -317,7 +310,7 @@ class Redactor:
                     cands.append(c)
         if protected:
             # a candidate overlapping a placeholder is void, and must not shadow others
-            cands = [c for c in cands if not _overlaps(c, protected)]
+            cands = [c for c in cands if not overlaps(c, protected)]
         out = []
         for c in resolve(cands):
             if self._allow and text[c.start : c.end].strip().lower() in self._allow:
@@ -388,13 +381,6 @@ class TenantRedactors:
         return self.for_tenant(tenant).redact(text, tenant)
 
 
-def _overlaps(c: Candidate, protected: list[tuple[int, int]]) -> bool:
-    i = bisect.bisect_right(protected, (c.start, 1 << 62))
-    if i and protected[i - 1][1] > c.start:
-        return True
-    return i < len(protected) and protected[i][0] < c.end
-
-
 def _deny_regex(d: DenyPattern) -> str:
     body = d.pattern if d.regex else re2.escape(d.pattern)
     return f"(?i:{body})" if d.ignore_case else body
@@ -408,57 +394,3 @@ def _normalise(label: str, value: str) -> str:
     if label in {"EMAIL", "IBAN", "IP_ADDRESS"}:
         return "".join(value.split()).lower()
     return value
-
-
-def _rendered(fresh: list[Span], spans: list[Span]) -> list[tuple[int, int]]:
-    """Offsets, in the rendered text, of the placeholders of ``fresh`` (a subset of spans)."""
-    wanted = set(fresh)
-    out: list[tuple[int, int]] = []
-    shift = 0
-    for s in spans:
-        length = len(s.label) + 11  # "[" label ":" 8 hex "]"
-        if s in wanted:
-            out.append((s.start + shift, s.start + shift + length))
-        shift += length - (s.end - s.start)
-    return out
-
-
-def _all_placeholders(existing: list[tuple[int, int]], spans: list[Span]) -> list[tuple[int, int]]:
-    """Offsets of every placeholder in the text rendered from ``spans``: those rendered for
-    ``spans`` and those already in the original text (``existing``; spans never overlap
-    them). Nothing else in the rendered text can match the placeholder pattern: a match has
-    no brackets inside, so one touching a rendered placeholder is that placeholder."""
-    out: list[tuple[int, int]] = []
-    shift = 0
-    i = 0
-    for s in spans:
-        while i < len(existing) and existing[i][0] < s.start:
-            out.append((existing[i][0] + shift, existing[i][1] + shift))
-            i += 1
-        length = len(s.label) + 11  # "[" label ":" 8 hex "]"
-        out.append((s.start + shift, s.start + shift + length))
-        shift += length - (s.end - s.start)
-    out.extend((a + shift, b + shift) for a, b in existing[i:])
-    return out
-
-
-def _to_original(found: Iterable[Candidate], done: list[Span]) -> list[Span]:
-    """Map spans found in the rendered text (placeholders in place of ``done``) to the original.
-
-    Found spans never overlap a placeholder, so each lies in original text shifted by the
-    length differences of the placeholders before it.
-    """
-    bounds: list[tuple[int, int]] = []  # (rendered start of placeholder, total shift after it)
-    shift = 0
-    for s in done:
-        rs = s.start + shift
-        shift += len(s.label) + 11 - (s.end - s.start)
-        bounds.append((rs, shift))
-    out: list[Span] = []
-    for c in found:
-        before = 0
-        for rs, sh in bounds:
-            if rs < c.start:
-                before = sh
-        out.append(Span(c.start - before, c.end - before, c.label))
-    return out

@@ -236,13 +236,13 @@ def test_long_unquoted_value_is_linear(redactor: Redactor) -> None:
 def test_rendered_placeholders_are_known(redactor: Redactor, text: str) -> None:
     """The placeholders of the rendered text, taken from the spans, are those a scan would find."""
     # the re-check takes the placeholders of the rendered text from the spans, unscanned
-    from memstream.pipeline.redact import _all_placeholders
     from memstream.pipeline.redact._core import placeholders
+    from memstream.pipeline.redact._spans import all_placeholders
 
     out = redactor.redact(text, tenant="t")
     assert out.spans
     before = list(placeholders(text))
-    assert _all_placeholders(before, out.spans) == list(placeholders(out.text))
+    assert all_placeholders(before, out.spans) == list(placeholders(out.text))
 
 
 @pytest.mark.parametrize(
