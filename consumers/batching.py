@@ -189,6 +189,24 @@ class BatchRunner(StageRunner):
         )
 
 
+def queued(sub: Any) -> list[Any]:
+    """The JetStream messages in a pull subscription's queue that no fetch has returned yet.
+
+    nats-py's ``fetch`` can return while a pull request it sent is still open on the server
+    (its lingering request for a batch, whose expiry the server counts from when the request
+    reached it), and the server goes on delivering into the subscription's queue. The next
+    fetch returns those first; but while the loop waits instead of fetching (behind a batch
+    held by an outage or an optimize), nothing renews them, and after ``ack_wait`` JetStream
+    delivers them again: the loop then handles them twice. nats-py has no public way to see
+    the queue, hence its private attributes; ``tests/integration/test_pull_loops.py`` fails if
+    they change. Status messages (no reply subject to ack) are left out."""
+    queue = getattr(getattr(sub, "_sub", None), "_pending_queue", None)
+    items = getattr(queue, "_queue", None)
+    if items is None:
+        return []
+    return [m for m in list(items) if str(getattr(m, "reply", "") or "").startswith("$JS.ACK.")]
+
+
 class PullLoops:
     """One pull loop per stage on plain nats-py: each fetch returns at once with whatever is
     waiting (up to ``batch_size``; faststream's batch mode would wait for a full batch or its
@@ -248,7 +266,7 @@ class PullLoops:
                     continue
                 if finishing is not None and overlap is not None:
                     behind = time.perf_counter()
-                    await self._behind(finishing, overlap.head_done, begun, renew_s)
+                    await self._behind(finishing, overlap.head_done, begun, renew_s, sub)
                     runner.deps.stepped("behind", behind)
                 if ahead:
                     overlap = Overlap(asyncio.Event(), finishing, begun.msgs, renew_s)
@@ -256,7 +274,7 @@ class PullLoops:
                     unfinished.add(finishing)
                     finishing.add_done_callback(unfinished.discard)
                 else:
-                    await self._finish(stage, runner, begun)
+                    await self._renewing_queued(self._finish(stage, runner, begun), sub, renew_s)
             if unfinished:
                 await asyncio.gather(*unfinished, return_exceptions=True)
         finally:
@@ -271,12 +289,17 @@ class PullLoops:
 
     @staticmethod
     async def _behind(
-        finishing: asyncio.Task[None], head_done: asyncio.Event, begun: Begun, renew_s: float
+        finishing: asyncio.Task[None],
+        head_done: asyncio.Event,
+        begun: Begun,
+        renew_s: float,
+        sub: Any = None,
     ) -> None:
         """Wait until the batch before ``begun`` has written what ``begun`` reads
         (``head_done``) or has finished. It may be held through an outage for longer than
         ``ack_wait``: ``begun``'s messages have their deadline renewed meanwhile, as the held
-        batch's are, so they are not delivered again behind it."""
+        batch's are, so they are not delivered again behind it; and so do the messages
+        waiting in ``sub``'s queue (``queued``)."""
         headed = asyncio.ensure_future(head_done.wait())
         try:
             while True:
@@ -286,9 +309,33 @@ class PullLoops:
                 if done:
                     return
                 with contextlib.suppress(Exception):  # NATS away: back after ack_wait
-                    await asyncio.gather(*(m.in_progress() for m in begun.msgs))
+                    await asyncio.gather(
+                        *(m.in_progress() for m in begun.msgs),
+                        *(m.in_progress() for m in queued(sub)),
+                    )
         finally:
             headed.cancel()
+
+    @staticmethod
+    async def _renewing_queued(work: Awaitable[None], sub: Any, renew_s: float) -> None:
+        """``work`` (a batch of a stage that does not begin ahead), with the messages waiting
+        in ``sub``'s queue renewed every ``renew_s`` while it runs: the batch renews its own
+        (``BatchRunner``), and the loop fetches nothing until it is done."""
+        task = asyncio.ensure_future(work)
+        try:
+            while True:
+                done, _ = await asyncio.wait({task}, timeout=renew_s)
+                if done:
+                    return task.result()
+                waiting = queued(sub)
+                if waiting:
+                    with contextlib.suppress(Exception):  # NATS away: back after ack_wait
+                        await asyncio.gather(*(m.in_progress() for m in waiting))
+        finally:
+            if not task.done():
+                task.cancel()
+                with contextlib.suppress(BaseException):
+                    await task
 
     @staticmethod
     async def _finish(

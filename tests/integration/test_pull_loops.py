@@ -8,6 +8,7 @@ index write waiting behind an optimize) renews its deadline while it runs."""
 from __future__ import annotations
 
 import asyncio
+import json
 import uuid
 from pathlib import Path
 from typing import Any, cast
@@ -72,6 +73,67 @@ async def test_a_batch_begun_ahead_is_not_redelivered_while_the_one_before_is_he
         info = await js.consumer_info(stream, "extract")
         assert info.num_redelivered == 0
         assert info.num_ack_pending == 0
+    finally:
+        await js.delete_stream(stream)
+        await nc.close()
+
+
+@pytest.mark.parametrize("waits", ["behind the batch before", "for its own batch"])
+async def test_messages_no_fetch_returned_are_renewed_while_the_loop_waits(
+    nats_url: str, waits: str
+) -> None:
+    """A pull request that outlives the fetch that sent it (nats-py's fetch can return while
+    its lingering request is still open on the server) goes on delivering messages into the
+    subscription's queue, where no fetch has returned them and no batch renews them. While the
+    loop waits 3.5 x ``ack_wait`` (behind the batch before, or for its own batch, as a stage
+    that does not begin ahead does), their deadline is renewed too: none is delivered again,
+    and the next fetch returns each once. (Seen in a 30,000-turn ingest run, whose paced turns
+    arrived while an optimize held the chain for 24 s: 250 turns handled twice.)"""
+    nc = await nats.connect(nats_url)
+    js = nc.jetstream()
+    stream = f"QUEUED{uuid.uuid4().hex[:8].upper()}"
+    try:
+        await js.add_stream(name=stream, subjects=[f"{stream}.turns"])
+        await js.add_consumer(
+            stream,
+            ConsumerConfig(
+                durable_name="extract",
+                ack_policy=AckPolicy.EXPLICIT,
+                ack_wait=ACK_WAIT_S,
+                max_deliver=5,
+            ),
+        )
+        sub = await js.pull_subscribe_bind(durable="extract", stream=stream)
+        # a lingering request for three, left open as a returned fetch's can be
+        request = {"batch": 3, "expires": int(30e9)}
+        inbox = sub._sub.subject  # the fetch requests' reply inbox (nats-py keeps it private)
+        await nc.publish(
+            f"$JS.API.CONSUMER.MSG.NEXT.{stream}.extract", json.dumps(request).encode(), inbox
+        )
+        for i in range(3):
+            await js.publish(f"{stream}.turns", f"turn {i}".encode())
+        for _ in range(100):
+            if sub.pending_msgs == 3:
+                break
+            await asyncio.sleep(0.02)
+        assert sub.pending_msgs == 3  # delivered, in the queue, returned by no fetch
+        held = asyncio.create_task(asyncio.sleep(3.5 * ACK_WAIT_S))
+        if waits == "behind the batch before":
+            begun = Begun([], [], [], None)
+            await PullLoops._behind(held, asyncio.Event(), begun, ACK_WAIT_S / 3, sub)
+        else:
+            await PullLoops._renewing_queued(held, sub, ACK_WAIT_S / 3)
+        assert held.done()
+        info = await js.consumer_info(stream, "extract")
+        assert info.num_redelivered == 0
+        msgs = await sub.fetch(3, timeout=2)
+        assert [(m.data, m.metadata.num_delivered) for m in msgs] == [
+            (f"turn {i}".encode(), 1) for i in range(3)
+        ]
+        for m in msgs:
+            await m.ack_sync()
+        info = await js.consumer_info(stream, "extract")
+        assert info.num_redelivered == 0 and info.num_ack_pending == 0
     finally:
         await js.delete_stream(stream)
         await nc.close()
