@@ -229,7 +229,36 @@ class PullLoops:
     async def start(self) -> None:
         for stage, (stream, durable, runner) in self.runners.items():
             sub = await self.js.pull_subscribe_bind(durable=durable, stream=stream)
-            self._tasks[stage] = asyncio.create_task(self._loop(stage, sub, runner))
+            self._tasks[stage] = asyncio.create_task(
+                self._supervised(stage, stream, durable, runner, sub)
+            )
+
+    async def _supervised(
+        self, stage: str, stream: str, durable: str, runner: BatchRunner, sub: Any
+    ) -> None:
+        """``_loop``, started again on a new subscription if it fails. Every failure a loop
+        expects (a fetch, a batch) is handled inside it; one it does not (a defect) would
+        otherwise end the stage's only loop while the worker runs on, its turns waiting for
+        ever with nothing said. Logged with its traceback, the loop comes back after a
+        pause; the batches it had in hand are delivered again after ``ack_wait``."""
+        backoff = Backoff(0.5, 5.0)
+        while True:
+            try:
+                await self._loop(stage, sub, runner)
+                return
+            except Exception:  # noqa: BLE001 - logged, and the loop started again
+                if self._stopping:
+                    return
+                log.exception("stage.loop_failed", stage=stage)
+            while not self._stopping:
+                await asyncio.sleep(backoff.next())
+                try:
+                    sub = await self.js.pull_subscribe_bind(durable=durable, stream=stream)
+                    break
+                except Exception as exc:  # noqa: BLE001 - NATS away: try again
+                    log.debug("stage.rebind_failed", stage=stage, reason=type(exc).__name__)
+            if self._stopping:
+                return
 
     async def _loop(self, stage: str, sub: Any, runner: BatchRunner) -> None:
         backoff = Backoff(0.2, 2.0)

@@ -248,3 +248,70 @@ async def test_a_stage_counts_the_messages_it_handles_again(nats_url: str, tmp_p
     finally:
         await js.delete_stream(stream)
         await nc.close()
+
+
+async def test_a_pull_loop_that_fails_is_logged_and_started_again(
+    nats_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A defect raised inside a stage's pull loop, outside the batch (where every failure is
+    handled), ends that loop: it is logged with its stage (``stage.loop_failed``) and the loop
+    starts again on a new subscription, so the turns are still handled, the batch it had in
+    hand once its deadline passes. (Without the restart the stage stops for good while the
+    worker runs on, and nothing is said.)"""
+    from structlog.testing import capture_logs
+
+    nc = await nats.connect(nats_url)
+    js = nc.jetstream()
+    stream = f"FAILS{uuid.uuid4().hex[:8].upper()}"
+    handled: list[str] = []
+
+    async def work(deps: Deps, values: list[str]) -> int:
+        handled.extend(values)
+        return len(values)
+
+    async def single(deps: Deps, body: bytes, subject: str) -> int:
+        raise AssertionError("the batch fell to singles")
+
+    settings = Settings(state_dir=tmp_path)
+    services = Services(
+        settings, MemoryStore(), cast(Any, None), make_embedder(None, None), Redactor(b"k")
+    )
+    deps = Deps(services, Subjects("t"), js)
+    runner = BatchRunner(
+        "extract", deps, BatchStage[str](lambda deps, b, s: b.decode(), work, single)
+    )
+    real = PullLoops._renewing_queued
+    failures = [RuntimeError("a defect in the loop")]
+
+    async def fails_once(work: Any, sub: Any, renew_s: float) -> None:
+        if failures:
+            work.close()  # the batch never runs: its messages wait for their deadline
+            raise failures.pop()
+        await real(work, sub, renew_s)
+
+    monkeypatch.setattr(PullLoops, "_renewing_queued", staticmethod(fails_once))
+    loops = PullLoops(js, {"extract": (stream, "extract", runner)}, 16, ACK_WAIT_S)
+    try:
+        await js.add_stream(name=stream, subjects=[f"{stream}.turns"])
+        await js.add_consumer(
+            stream,
+            ConsumerConfig(
+                durable_name="extract", ack_policy=AckPolicy.EXPLICIT, ack_wait=ACK_WAIT_S
+            ),
+        )
+        for i in range(3):
+            await js.publish(f"{stream}.turns", f"turn {i}".encode())
+        with capture_logs() as logs:
+            await loops.start()
+            for _ in range(200):
+                if len(handled) == 3:
+                    break
+                await asyncio.sleep(0.05)
+        assert sorted(handled) == ["turn 0", "turn 1", "turn 2"]
+        failed = [e for e in logs if e["event"] == "stage.loop_failed"]
+        assert [e["stage"] for e in failed] == ["extract"]
+        assert (await acks_settled(js, stream, "extract")).num_ack_pending == 0
+    finally:
+        await loops.stop(grace_s=3)
+        await js.delete_stream(stream)
+        await nc.close()
