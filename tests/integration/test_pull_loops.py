@@ -218,17 +218,7 @@ async def test_a_stage_counts_the_messages_it_handles_again(nats_url: str, tmp_p
     async def work(deps: Deps, values: list[str]) -> int:
         return len(values)
 
-    async def single(deps: Deps, body: bytes, subject: str) -> int:
-        raise AssertionError("the batch fell to singles")
-
-    settings = Settings(state_dir=tmp_path)
-    services = Services(
-        settings, MemoryStore(), cast(Any, None), make_embedder(None, None), Redactor(b"k")
-    )
-    deps = Deps(services, Subjects("t"), js)
-    runner = BatchRunner(
-        "extract", deps, BatchStage[str](lambda deps, b, s: b.decode(), work, single)
-    )
+    runner = _runner(js, tmp_path, work)
     try:
         await js.add_stream(name=stream, subjects=[f"{stream}.turns"])
         await js.add_consumer(
@@ -269,17 +259,7 @@ async def test_a_pull_loop_that_fails_is_logged_and_started_again(
         handled.extend(values)
         return len(values)
 
-    async def single(deps: Deps, body: bytes, subject: str) -> int:
-        raise AssertionError("the batch fell to singles")
-
-    settings = Settings(state_dir=tmp_path)
-    services = Services(
-        settings, MemoryStore(), cast(Any, None), make_embedder(None, None), Redactor(b"k")
-    )
-    deps = Deps(services, Subjects("t"), js)
-    runner = BatchRunner(
-        "extract", deps, BatchStage[str](lambda deps, b, s: b.decode(), work, single)
-    )
+    runner = _runner(js, tmp_path, work)
     real = PullLoops._renewing_queued
     failures = [RuntimeError("a defect in the loop")]
 
@@ -315,3 +295,20 @@ async def test_a_pull_loop_that_fails_is_logged_and_started_again(
         await loops.stop(grace_s=3)
         await js.delete_stream(stream)
         await nc.close()
+
+
+def _runner(js: Any, tmp_path: Path, work: Any) -> BatchRunner:
+    """An extract ``BatchRunner`` over in-memory stores whose batch call is ``work``; a batch
+    that falls to singles fails the test."""
+
+    async def single(deps: Deps, body: bytes, subject: str) -> int:
+        raise AssertionError("the batch fell to singles")
+
+    settings = Settings(state_dir=tmp_path)
+    services = Services(
+        settings, MemoryStore(), cast(Any, None), make_embedder(None, None), Redactor(b"k")
+    )
+    deps = Deps(services, Subjects("t"), js)
+    return BatchRunner(
+        "extract", deps, BatchStage[str](lambda deps, b, s: b.decode(), work, single)
+    )
