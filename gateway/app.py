@@ -100,11 +100,12 @@ def create_app(config: GatewayConfig | None = None) -> FastAPI:
     async def healthz(request: Request) -> JSONResponse:
         return await health(request.app.state.client)
 
-    from memstream.gateway import agent_memory, mem0, memories, v1
+    from memstream.gateway import agent_memory, mem0, mem0_memory, memories, v1
 
     app.include_router(memories.router)
     app.include_router(v1.router)
     app.include_router(agent_memory.router)
+    app.include_router(mem0_memory.router)
     app.include_router(mem0.router)  # last: its catch-alls answer Mem0 paths it does not serve
     from memstream.gateway import mcp_server
 
