@@ -42,7 +42,7 @@ async def reindex(settings: Settings, database_url: str, now: bool, schema: str 
             f"({settings.sweep_every_s:g} s); `memstream doctor` shows the progress"
         )
         return 0
-    from memstream.consumers.run import make_vector_index
+    from memstream.consumers.stack import make_vector_index
     from memstream.storage.embedding import make_embedder
     from memstream.storage.postgres import PgStore
 

@@ -3,20 +3,22 @@
 Each verb: decode the request (bad input -> ``bad_request`` reply), act within
 the caller's tenant and owner scope (another owner's memory is ``not_found``),
 record the operation in ``memory_events`` and publish it on ``mem.events.<tenant>``.
+The owner filters and those shared effects are in ``command_base.py``, the verbs on
+versioned facts in ``command_facts.py``.
 """
 
 from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Sequence
-from datetime import datetime
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from pydantic import ValidationError
 
 from memstream.consumers.auth import Authenticator
-from memstream.consumers.deletions import delete_points
+from memstream.consumers.command_base import owner_filter, read_filter
+from memstream.consumers.command_facts import FactCommands
 from memstream.consumers.dlq import belongs_to, dead_letters, stored
 from memstream.consumers.logs import log
 from memstream.consumers.offload import offload
@@ -26,9 +28,6 @@ from memstream.consumers.stages import Deps, _redact_candidate
 from memstream.pipeline import dedupe
 from memstream.schemas.commands import (
     VERBS,
-    Caller,
-    FactHistoryRequest,
-    FactPutRequest,
     ForgetOwnerRequest,
     IdRequest,
     ListRequest,
@@ -46,24 +45,12 @@ from memstream.schemas.errors import (
     MemstreamError,
     NotFound,
     PermanentError,
-    TransientError,
     describe,
 )
 from memstream.schemas.ids import derived_id
-from memstream.schemas.memory import Candidate, MemoryEvent, MemoryType, Owner, Scope
+from memstream.schemas.memory import Candidate, Owner
 from memstream.schemas.recall import RecallRequest
 from memstream.storage.postgres import OwnerFilter
-
-
-def owner_filter(c: Caller, session: str | None = None) -> OwnerFilter:
-    """The caller's own memories, exactly: what writes may touch."""
-    return OwnerFilter(tenant=c.tenant, user=c.user, agent=c.agent, session=session)
-
-
-def read_filter(c: Caller) -> OwnerFilter:
-    """The caller's own memories plus the shared ones (tenant ``global``, the caller's
-    project's ``project``): what reads see."""
-    return OwnerFilter(tenant=c.tenant, user=c.user, agent=c.agent, project=c.project, shared=True)
 
 
 def _is_uuid(value: str) -> bool:
@@ -84,7 +71,7 @@ def _has_nul(value: Any) -> bool:
     return False
 
 
-class CommandService:
+class CommandService(FactCommands):
     def __init__(self, deps: Deps, recall: RecallService, auth: Authenticator) -> None:
         self.deps, self.recall, self.auth = deps, recall, auth
         self.handlers: dict[str, Callable[[Any], Awaitable[Reply]]] = {
@@ -161,51 +148,6 @@ class CommandService:
             return error_reply(ErrorCode.UNAUTHORIZED, "the api_key is not valid")
         detail = {"tenant": ident.tenant, "user": ident.user, "agent": ident.agent}
         return Reply(detail=detail).model_dump_json().encode()
-
-    async def _emit(
-        self,
-        kind: str,
-        r: Caller,
-        memory_id: str | None,
-        cause: str,
-        type_: MemoryType | None = None,
-        **detail: Any,
-    ) -> None:
-        """Publish what happened on mem.events.<tenant> (this also invalidates the owner's
-        cached recall queries, and the tenant's: commands are rare, and the memory may be a
-        shared one other owners read)."""
-        await self.deps.emit(
-            MemoryEvent(
-                kind=kind,
-                tenant=r.tenant,
-                user=r.user,
-                agent=r.agent,
-                memory_id=memory_id,
-                type=type_,
-                at=self.deps.clock(),
-                detail=detail,
-            ),
-            cause,
-            shared=True,
-        )
-
-    async def _index(self, tenant: str, memory_id: str) -> None:
-        """Build a memory's index point now; when the index does not answer, the row stays
-        unindexed in Postgres and the maintenance loop indexes it as soon as the index is
-        back (as the store stage does)."""
-        try:
-            await self.deps.reindex(tenant, [memory_id])
-        except TransientError as exc:
-            log.warning("command.vector_deferred", reason=type(exc).__name__)
-            self.deps.index_behind.set()
-
-    async def _delete_points(self, tenant: str, ids: Sequence[str]) -> None:
-        """Delete retired memories' points now. When the index does not answer, the queue
-        keeps them (recall answers from Postgres meanwhile, where they are gone) and the
-        maintenance loop, woken here, deletes them within seconds of the index's return, not
-        at its next interval: a point left there keeps a forgotten text recallable."""
-        if not await delete_points(self.deps.pg, self.deps.vectors, tenant, ids):
-            self.deps.index_behind.set()
 
     # --- verbs ------------------------------------------------------------------------------
 
@@ -368,61 +310,6 @@ class CommandService:
                 await self.deps.js.delete_msg(stream, m.metadata.sequence.stream)
                 removed += 1
         return removed
-
-    async def fact_put(self, r: FactPutRequest, must_exist: bool = False) -> Reply:
-        """A new version of fact ``key``; the current one is closed (valid_to, superseded_by)."""
-        flt = owner_filter(r)
-        key = r.key.strip().lower()
-        if must_exist and await self.deps.pg.current_fact(flt, key) is None:
-            raise NotFound(f"no current fact {key!r}")
-        now = self.deps.clock()
-        valid_from = r.valid_from or now
-        c = Candidate(
-            candidate_id=derived_id(
-                r.tenant, r.user or "", r.agent or "", key, valid_from.isoformat()
-            ),
-            owner=Owner(tenant=r.tenant, user=r.user, agent=r.agent),
-            session=r.session,
-            type=MemoryType.FACT,
-            scope=Scope.USER,
-            content=f"{r.key}: {r.value}",
-            source_event_id=f"fact:{key}:{valid_from.isoformat()}",
-            occurred_at=valid_from,
-            metadata={"fact_key": key},
-            importance=0.7,
-        )
-        c = _redact_candidate(self.deps, c)
-        mid = derived_id(
-            r.tenant, r.user or "", r.agent or "", "fact", key, valid_from.isoformat(), c.content
-        )
-        old, current = await self.deps.pg.put_fact(
-            mid, dedupe.key(c).content_hash, c, key, valid_from
-        )
-        if old is not None:
-            await self._delete_points(r.tenant, [old.id])
-            await self._emit("superseded", r, old.id, mid, MemoryType.FACT, by=mid)
-        if current == mid:  # else the value was current already: a retry, nothing changed
-            await self._index(r.tenant, mid)
-            await self._emit("stored", r, mid, c.source_event_id, MemoryType.FACT, fact_key=key)
-        return Reply(
-            memory=await self.deps.pg.get(flt, current),
-            detail={"superseded": old.id if old else None},
-        )
-
-    async def fact_update(self, r: FactPutRequest) -> Reply:
-        return await self.fact_put(r, must_exist=True)
-
-    async def fact_history(self, r: FactHistoryRequest) -> Reply:
-        chain = await self.deps.pg.fact_history(owner_filter(r), r.key.strip().lower())
-        if r.at is not None:
-            at: datetime = r.at
-            chain = [
-                m
-                for m in chain
-                if (m.valid_from is None or m.valid_from <= at)
-                and (m.valid_to is None or at < m.valid_to)
-            ]
-        return Reply(memories=chain)
 
     async def pending_review(self, r: PendingReviewRequest) -> Reply:
         return Reply(counts=await self.deps.pg.pending_review(r.tenant, r.since))

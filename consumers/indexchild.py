@@ -67,8 +67,8 @@ async def _serve(
     from memstream.consumers.app import Worker
     from memstream.consumers.quietgc import quieter_gc
     from memstream.consumers.redaction_key import make_redactor
-    from memstream.consumers.run import make_vector_index
     from memstream.consumers.services import Services
+    from memstream.consumers.stack import make_vector_index
     from memstream.storage.embedding import make_embedder
     from memstream.storage.postgres import PgStore
 

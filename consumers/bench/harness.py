@@ -21,7 +21,8 @@ from memstream.consumers.app import Worker
 from memstream.consumers.logs import configure as configure_logging
 from memstream.consumers.natsconn import nats_options
 from memstream.consumers.redaction_key import redaction_key
-from memstream.consumers.run import Stack, make_worker
+from memstream.consumers.run import make_worker
+from memstream.consumers.stack import Stack
 from memstream.consumers.topology import drained, topology
 from memstream.producers.client import MemoryClient
 from memstream.schemas.settings import Settings

@@ -915,7 +915,7 @@ async def test_edge_segments_setting_reaches_the_engine(
     """Qdrant Edge: ``MEMSTREAM_INDEX_SEGMENTS`` becomes the engine's merge target, in the
     shard's persisted config, also for a shard created before without it (its load applies
     the setting); unset, the engine keeps its default."""
-    from memstream.consumers.run import make_vector_index
+    from memstream.consumers.stack import make_vector_index
     from memstream.schemas.settings import Settings
 
     def optimizers() -> Any:

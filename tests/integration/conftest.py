@@ -10,8 +10,8 @@ from workers import Running, _delete_streams
 
 from memstream.consumers.app import Worker
 from memstream.consumers.helper import Helper
-from memstream.consumers.run import make_vector_index
 from memstream.consumers.services import Services
+from memstream.consumers.stack import make_vector_index
 from memstream.pipeline.redact import Redactor
 from memstream.schemas.settings import Settings, StageSettings
 from memstream.storage.embedding import make_embedder

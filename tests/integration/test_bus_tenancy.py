@@ -21,8 +21,9 @@ from natsservers import NS, Bus, operator_mode_server
 from memstream.consumers import creds
 from memstream.consumers.app import Worker
 from memstream.consumers.redaction_key import make_redactor
-from memstream.consumers.run import Stack, make_vector_index, make_worker
+from memstream.consumers.run import make_worker
 from memstream.consumers.services import Services
+from memstream.consumers.stack import Stack, make_vector_index
 from memstream.consumers.topology import apply
 from memstream.pipeline.redact import Redactor
 from memstream.producers.client import MemoryClient, RecallError

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from memstream.consumers.embedded import free_port
-from memstream.consumers.run import make_vector_index
+from memstream.consumers.stack import make_vector_index
 from memstream.schemas.settings import Settings
 from memstream.storage.postgres import PgStore
 from memstream.storage.qdrant_server import ServerVectorIndex
@@ -83,7 +83,7 @@ _CRASH = textwrap.dedent(
     import asyncio, os, signal, sys
     from datetime import UTC, datetime
     from memstream.consumers import indexing
-    from memstream.consumers.run import make_vector_index
+    from memstream.consumers.stack import make_vector_index
     from memstream.pipeline import dedupe
     from memstream.schemas.memory import Candidate, Owner
     from memstream.schemas.settings import Settings

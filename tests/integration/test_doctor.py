@@ -201,7 +201,7 @@ async def test_reindex_now_rebuilds_a_new_collection_from_postgres(
     """`memstream reindex --now` with a new collection fills it with one point per live memory,
     read from Postgres alone."""
     from memstream.consumers.admin import reindex
-    from memstream.consumers.run import make_vector_index
+    from memstream.consumers.stack import make_vector_index
 
     await stored(running)
     want = await running.pg.count()

@@ -36,8 +36,8 @@ from memstream.consumers.batch_store import publish_to_stage
 from memstream.consumers.batching import BatchRunner
 from memstream.consumers.chains import batch_stage
 from memstream.consumers.helper import Helper, HelperGone
-from memstream.consumers.run import make_vector_index
 from memstream.consumers.services import Services
+from memstream.consumers.stack import make_vector_index
 from memstream.consumers.stages import redact_candidate
 from memstream.pipeline.extract import extract
 from memstream.pipeline.redact import Redactor

@@ -23,8 +23,8 @@ from workers import Running, _delete_streams
 
 from memstream.consumers.app import Worker
 from memstream.consumers.indexproc import IndexProcessGone, RemoteIndex, without_recall
-from memstream.consumers.run import make_vector_index
 from memstream.consumers.services import Services
+from memstream.consumers.stack import make_vector_index
 from memstream.pipeline.redact import Redactor
 from memstream.producers.errors import RecallError
 from memstream.schemas.memory import MemoryType, Scope

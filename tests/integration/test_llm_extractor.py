@@ -16,8 +16,8 @@ import pytest
 from pydantic import SecretStr
 
 from memstream.consumers.app import Worker
-from memstream.consumers.run import make_vector_index
 from memstream.consumers.services import Services
+from memstream.consumers.stack import make_vector_index
 from memstream.consumers.topology import drained
 from memstream.pipeline.redact import Redactor
 from memstream.producers.client import MemoryClient

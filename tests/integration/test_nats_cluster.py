@@ -23,8 +23,8 @@ from memstream.consumers import creds
 from memstream.consumers.app import Worker
 from memstream.consumers.cache import RecallCache
 from memstream.consumers.embedded import free_ports, nats_server_binary, wait_for_port
-from memstream.consumers.run import make_vector_index
 from memstream.consumers.services import Services
+from memstream.consumers.stack import make_vector_index
 from memstream.consumers.topology import drained, topology
 from memstream.pipeline.redact import Redactor
 from memstream.producers.client import MemoryClient, PublishError

@@ -17,8 +17,8 @@ from workers import start_worker
 from memstream.consumers.app import Worker
 from memstream.consumers.batch_store import dedupe_batch, store_batch
 from memstream.consumers.embedded import EmbeddedNats, EmbeddedPostgres
-from memstream.consumers.run import make_vector_index
 from memstream.consumers.services import Services
+from memstream.consumers.stack import make_vector_index
 from memstream.consumers.stages import _redact_candidate, dedupe_work, store_work
 from memstream.consumers.topology import topology
 from memstream.pipeline import dedupe

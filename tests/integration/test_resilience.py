@@ -7,8 +7,8 @@ import pytest
 
 from memstream.consumers.app import Worker
 from memstream.consumers.embedded import free_port
-from memstream.consumers.run import make_vector_index
 from memstream.consumers.services import Services
+from memstream.consumers.stack import make_vector_index
 from memstream.consumers.topology import apply, topology
 from memstream.pipeline.redact import Redactor
 from memstream.schemas.settings import Settings, StageSettings

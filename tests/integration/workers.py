@@ -14,8 +14,8 @@ from memstream.consumers.app import Worker
 from memstream.consumers.batching import PullLoops
 from memstream.consumers.dlq import dead_letters
 from memstream.consumers.embedded import free_port
-from memstream.consumers.run import make_vector_index
 from memstream.consumers.services import Services
+from memstream.consumers.stack import make_vector_index
 from memstream.consumers.topology import drained
 from memstream.pipeline.redact import Redactor
 from memstream.producers.client import MemoryClient
