@@ -8,7 +8,8 @@ It is a NATS client of the workers (JetStream info, ``<ns>.ops.stats``, ``mem.re
 the gateway mounts the same app.
 """
 
-from memstream.console.backend import Caller, ConsoleBackend, ConsoleError
+from memstream.console.backend import Caller, ConsoleBackend
+from memstream.console.errors import ConsoleError
 from memstream.console.server import ConsoleServer, serve
 from memstream.console.web import create_app, standalone
 

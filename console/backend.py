@@ -1,5 +1,6 @@
 """What the console reads and does, over NATS only: JetStream stream and consumer info, the
-workers' ``ops.stats`` answers, the dead-letter stream, ``mem.recall`` and ``mem.cmd.*``.
+workers' ``ops.stats`` answers, the dead-letter stream, ``mem.recall`` and ``mem.cmd.*``. What it
+does with dead letters is in ``dead_letters.py``.
 
 The console holds no state a restart loses (the counters' previous samples, for rates, are a
 convenience). Every action publishes an audit event on ``mem.events.<tenant>`` (the tenant the
@@ -24,37 +25,25 @@ from nats.errors import TimeoutError as NatsTimeout
 from nats.js.api import ConsumerConfig, DeliverPolicy
 from pydantic import ValidationError
 
+from memstream.console.dead_letters import DeadLetters
+from memstream.console.errors import ConsoleError
 from memstream.console.overview import Rates, summary
 from memstream.producers.connection import let_go
 from memstream.schemas.commands import VERBS, CommandReply
 from memstream.schemas.errors import ErrorReply, describe
 from memstream.schemas.memory import MemoryEvent
-from memstream.schemas.owners import tenant_of
 from memstream.schemas.recall import RecallReply, RecallRequest
 from memstream.schemas.settings import Settings
 
 if TYPE_CHECKING:  # a type only: the gateway mounts the console without the pipeline installed
     from memstream.pipeline.redact import Redacts
-from memstream.schemas.subjects import (
-    DLQ_DELIVERIES_HEADER,
-    DLQ_REASON_HEADER,
-    DLQ_STAGE_HEADER,
-    DLQ_SUBJECT_HEADER,
-    MSG_ID_HEADER,
-    STAGES,
-    Subjects,
-)
+from memstream.schemas.subjects import MSG_ID_HEADER, STAGES, Subjects
 
 AUDIT_TENANT = "_console"  # audit events of actions that concern no tenant (login, logout)
 STREAM_KINDS = ("turns", "stages", "events", "dlq")
 STATS_WAIT_S = 0.3  # how long to collect workers' stats answers (after the first: 50 ms)
-SHOWN_CHARS = 256 * 1024  # of a dead letter's body
 HIDDEN = "(hidden: no worker answered to redact it)"
 EVENT_SCAN = 2000  # how far back the events page looks for one tenant's events
-
-
-class ConsoleError(Exception):
-    """An action or a query failed; the message is safe to show (no value, no address)."""
 
 
 @dataclass(frozen=True)
@@ -68,20 +57,8 @@ class Caller:
     api_key: str | None = field(default=None, repr=False)
 
 
-@dataclass(frozen=True)
-class DeadLetter:
-    seq: int
-    stage: str
-    subject: str
-    reason: str  # redacted
-    deliveries: str
-    at: datetime
-    size: int
-    tenant: str | None
-
-
 @dataclass
-class ConsoleBackend:
+class ConsoleBackend(DeadLetters):
     """The console's one port to the system: a NATS connection, settings and the deployment's
     redaction (its key and tenant policies, so placeholders match the stored memories')."""
 
@@ -183,7 +160,7 @@ class ConsoleBackend:
         workers, jet = await asyncio.gather(self.worker_stats(), self.jetstream())
         return summary(workers, jet, self._rates, bool(self.nc.is_connected))
 
-    # --- dead letters ---------------------------------------------------------------------
+    # --- stream reads and redaction (the dead letters' methods use them) ------------------
 
     async def _read(self, subject: str, stream: str, limit: int, start_seq: int = 0) -> list[Any]:
         """Up to ``limit`` messages of a stream from ``start_seq`` (or all), not consumed."""
@@ -228,94 +205,6 @@ class ConsoleBackend:
             return [(str(a["text"]), dict(a["counts"])) for a in answered]
         except (NatsError, TimeoutError, ValueError, KeyError, TypeError):
             return [(HIDDEN, {}) for _ in items]
-
-    def _dead_letter(
-        self, headers: dict[str, str] | None, data: bytes, seq: int, at: datetime, reason: str
-    ) -> DeadLetter:
-        h = headers or {}
-        tenant = tenant_of(data)
-        return DeadLetter(
-            seq=seq,
-            stage=h.get(DLQ_STAGE_HEADER, "?"),
-            subject=h.get(DLQ_SUBJECT_HEADER, "?"),
-            reason=reason,
-            deliveries=h.get(DLQ_DELIVERIES_HEADER, "?"),
-            at=at,
-            size=len(data),
-            tenant=tenant,
-        )
-
-    async def dead_letters(self, stage: str | None, limit: int = 200) -> list[DeadLetter]:
-        """The newest ``limit`` dead letters (of one stage, or all), newest first."""
-        s = self.subjects
-        try:
-            info = await self.js.stream_info(s.stream("dlq"), subjects_filter=s.dlq(stage))
-        except (NatsError, TimeoutError) as exc:
-            raise ConsoleError("the dead-letter stream cannot be read") from exc
-        if not info.state.subjects:
-            return []
-        msgs = (await self._read(s.dlq(stage), s.stream("dlq"), limit=10_000))[-limit:]
-        reasons = await self.redact(
-            [(tenant_of(m.data or b""), (m.headers or {}).get(DLQ_REASON_HEADER, "")) for m in msgs]
-        )
-        out = [
-            self._dead_letter(
-                m.headers, m.data or b"", m.metadata.sequence.stream, m.metadata.timestamp, r
-            )
-            for m, (r, _) in zip(msgs, reasons, strict=True)
-        ]
-        return out[::-1]
-
-    async def _get(self, seq: int) -> tuple[DeadLetter, bytes]:
-        try:
-            raw = await self.js.get_msg(self.subjects.stream("dlq"), seq)
-        except (NatsError, TimeoutError) as exc:
-            raise ConsoleError(
-                f"dead letter {seq} does not exist (replayed or discarded?)"
-            ) from exc
-        data = raw.data or b""
-        reason = (raw.headers or {}).get(DLQ_REASON_HEADER, "")
-        ((redacted, _),) = await self.redact([(tenant_of(data), reason)])
-        at = raw.time or datetime.now(UTC)
-        return self._dead_letter(raw.headers, data, seq, at, redacted), data
-
-    async def dead_letter(self, seq: int) -> tuple[DeadLetter, str, dict[str, int]]:
-        """One dead letter, its body redacted (pretty JSON when it decodes) and the counts of
-        what was redacted."""
-        letter, data = await self._get(seq)
-        text = data.decode("utf-8", errors="replace")
-        with contextlib.suppress(ValueError):
-            text = json.dumps(json.loads(data), indent=2, ensure_ascii=False)
-        ((body, counts),) = await self.redact([(letter.tenant, text[:SHOWN_CHARS])])
-        return letter, body, counts
-
-    async def replay(self, seq: int) -> DeadLetter:
-        """Publish a dead letter back to its subject (fresh ``Nats-Msg-Id``, so the duplicate
-        window does not drop it), then delete it from the dead-letter stream."""
-        letter, data = await self._get(seq)
-        s = self.subjects
-        # only back into the pipeline's streams: a forged header must not make the console
-        # send a command or a recall
-        if not letter.subject.startswith((f"{s.prefix}.turns.", f"{s.prefix}.stage.")):
-            raise ConsoleError(f"dead letter {seq} names no pipeline subject to replay to")
-        try:
-            await self.js.publish(
-                letter.subject, data, headers={MSG_ID_HEADER: f"replay:{uuid.uuid4()}"}
-            )
-            await self.js.delete_msg(self.subjects.stream("dlq"), seq)
-        except (NatsError, TimeoutError) as exc:
-            raise ConsoleError(f"replay of {seq} failed: {type(exc).__name__}") from exc
-        await self.audit("dlq.replay", letter.tenant, seq=seq, stage=letter.stage)
-        return letter
-
-    async def discard(self, seq: int) -> DeadLetter:
-        letter, _ = await self._get(seq)
-        try:
-            await self.js.delete_msg(self.subjects.stream("dlq"), seq)
-        except (NatsError, TimeoutError) as exc:
-            raise ConsoleError(f"discard of {seq} failed: {type(exc).__name__}") from exc
-        await self.audit("dlq.discard", letter.tenant, seq=seq, stage=letter.stage)
-        return letter
 
     # --- memories -------------------------------------------------------------------------
 

@@ -28,7 +28,8 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from memstream.console.backend import Caller, ConsoleBackend, ConsoleError
+from memstream.console.backend import Caller, ConsoleBackend
+from memstream.console.errors import ConsoleError
 from memstream.schemas.memory import Scope
 from memstream.schemas.recall import Context, Method
 from memstream.schemas.subjects import STAGES

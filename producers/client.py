@@ -1,7 +1,8 @@
 """The agent SDK.
 
 ``MemoryClient`` (async); ``SyncMemoryClient`` (producers/sync.py) wraps it for blocking
-code, and the management commands' typed methods are in producers/verbs.py.
+code, the management commands' typed methods are in producers/verbs.py and the publishing of
+turns in producers/publishing.py (``PublishResult`` and ``PublishCallback`` re-exported here).
 
 - ``publish_turn`` publishes a ``TurnEvent`` to JetStream with ``Nats-Msg-Id``
   = event id and checks the PubAck: a retried publish is stored once. With
@@ -21,9 +22,6 @@ import asyncio
 import copy
 import json
 import os
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from datetime import datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -42,13 +40,13 @@ from memstream.producers.errors import (
     ServiceError,
     field_errors,
 )
+from memstream.producers.publishing import PublishCallback, Publishing, PublishResult
 from memstream.producers.verbs import Verbs
 from memstream.schemas.commands import VERBS, CommandReply
 from memstream.schemas.errors import ErrorCode, ErrorReply
-from memstream.schemas.events import Message, MetaValue, Role, TurnEvent
 from memstream.schemas.recall import Method, RecallReply, RecallRequest
 from memstream.schemas.stack import read_stack
-from memstream.schemas.subjects import MSG_ID_HEADER, Subjects, msg_id
+from memstream.schemas.subjects import Subjects
 
 __all__ = [
     "CommandError",
@@ -66,18 +64,6 @@ __all__ = [
 T = TypeVar("T")
 
 
-@dataclass(frozen=True)
-class PublishResult:
-    event_id: str
-    stream: str
-    seq: int
-    duplicate: bool
-
-
-# called once with (result, None) or (None, error) when a ``wait=False`` publish is done
-PublishCallback = Callable[[PublishResult | None, Exception | None], object]
-
-
 def discover_nats_url(state_dir: str | os.PathLike[str] | None = None) -> str:
     """``MEMSTREAM_NATS_URL``, else the URL a running ``memstream dev`` wrote under
     its state directory, else the NATS default."""
@@ -87,7 +73,7 @@ def discover_nats_url(state_dir: str | os.PathLike[str] | None = None) -> str:
     return read_stack(folder).get("nats_url", "nats://127.0.0.1:4222")
 
 
-class MemoryClient(Verbs):
+class MemoryClient(Publishing, Verbs):
     """Async client bound to one tenant (and optionally a default user/agent)."""
 
     def __init__(
@@ -234,91 +220,6 @@ class MemoryClient(Verbs):
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
 
-    def make_turn(
-        self,
-        messages: Sequence[Message | dict[str, Any] | tuple[str, str]],
-        *,
-        session: str = "default",
-        user: str | None = None,
-        agent: str | None = None,
-        event_id: str | None = None,
-        metadata: dict[str, MetaValue] | None = None,
-        occurred_at: datetime | None = None,
-        **fields: Any,
-    ) -> TurnEvent:
-        """Build a TurnEvent; messages may be Message, dicts, or (role, content) pairs."""
-        msgs = [
-            Message(role=Role(m[0]), content=m[1])
-            if isinstance(m, tuple)
-            else m
-            if isinstance(m, Message)
-            else Message.model_validate(m)
-            for m in messages
-        ]
-        extra: dict[str, Any] = {
-            k: v for k, v in (("event_id", event_id), ("occurred_at", occurred_at)) if v is not None
-        }
-        return TurnEvent(
-            tenant=self.tenant,
-            user=user or self.user,
-            agent=agent or self.agent,
-            session=session,
-            messages=msgs,
-            metadata=metadata or {},
-            **extra,
-            **fields,
-        )
-
-    async def publish(self, event: TurnEvent) -> PublishResult:
-        """Publish one event and wait for the PubAck."""
-        await self.connect()
-        subject = self.subjects.turns(event.tenant, event.owner, event.session)
-        try:
-            ack = await self._js.publish(
-                subject,
-                event.model_dump_json().encode(),
-                headers={MSG_ID_HEADER: msg_id(event.tenant, event.event_id)},
-                timeout=self.publish_timeout,
-            )
-        except (TimeoutError, NatsError, OSError) as exc:
-            raise PublishError(
-                f"turn {event.event_id} was not stored: {type(exc).__name__}"
-            ) from exc
-        return PublishResult(event.event_id, ack.stream, ack.seq, bool(ack.duplicate))
-
-    async def publish_turn(
-        self,
-        messages: Sequence[Message | dict[str, Any] | tuple[str, str]],
-        *,
-        wait: bool = True,
-        on_done: PublishCallback | None = None,
-        **kwargs: Any,
-    ) -> PublishResult | None:
-        """Publish a turn. ``wait=False``: return at once, never raise (counted on failure);
-        ``on_done(result, error)`` is then called once with the outcome, after the retries
-        (an exception it raises is ignored)."""
-        event = self.make_turn(messages, **kwargs)
-        if wait:
-            return await self.publish(event)
-        task = asyncio.create_task(self._publish_quietly(event, on_done))
-        self._pending.add(task)
-        task.add_done_callback(self._pending.discard)
-        return None
-
-    async def _publish_quietly(self, event: TurnEvent, on_done: PublishCallback | None) -> None:
-        error: MemoryClientError | None = None
-        for attempt in range(3):
-            try:
-                result = await self.publish(event)
-            except MemoryClientError as exc:
-                error = exc
-                await asyncio.sleep(0.2 * 2**attempt)
-                continue
-            _report(on_done, result, None)
-            return
-        self.publish_failures += 1
-        _report(on_done, None, error)
-
     async def recall(
         self,
         query: str,
@@ -396,17 +297,6 @@ class MemoryClient(Verbs):
             return CommandReply.model_validate(body)
         except (ValueError, AttributeError, ValidationError):
             raise CommandError(ErrorCode.INTERNAL, "the reply could not be read") from None
-
-
-def _report(
-    on_done: PublishCallback | None, result: PublishResult | None, error: Exception | None
-) -> None:
-    if on_done is None:
-        return
-    try:
-        on_done(result, error)
-    except Exception:  # noqa: BLE001 (the caller's callback never breaks the background publish)
-        return
 
 
 def _decode_reply(data: bytes) -> RecallReply:
