@@ -1,13 +1,20 @@
-"""A running worker (every stage + recall responder) on real NATS, Postgres and Qdrant Edge."""
+"""A running worker (every stage + recall responder) on real NATS, Postgres and Qdrant Edge;
+the operator-mode bus of the bus tenancy tests; the console served over HTTP and the browser
+(Playwright driving Debian's Chromium) of the console tests."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+from consoles import SHOTS, TOKEN
+from natsservers import Bus, operator_mode_server
+from playwright.async_api import Browser, BrowserContext, async_playwright
 from workers import Running, _delete_streams
 
+from memstream.console import ConsoleBackend, serve, standalone
 from memstream.consumers.app import Worker
 from memstream.consumers.helper import Helper
 from memstream.consumers.services import Services
@@ -79,3 +86,62 @@ async def running(
     await worker.stop()
     await vectors.close()
     await _delete_streams(nats_url, settings)
+
+
+# --- the bus tenancy tests: one operator-mode nats-server per module ---------------------------
+
+
+@pytest.fixture(scope="module")
+def bus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Bus]:
+    with operator_mode_server(tmp_path_factory.mktemp("bus")) as server:
+        yield server
+
+
+# --- the console tests ------------------------------------------------------------------------
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+
+
+@pytest.fixture(scope="session")
+def chromium() -> str:
+    if not Path(CHROMIUM).exists():  # .ci/run installs it; a developer's machine may not have it
+        pytest.fail(f"{CHROMIUM} is missing: apt-get install -y chromium (as .ci/run does)")
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    return CHROMIUM
+
+
+@pytest.fixture(scope="session")
+async def browser(chromium: str) -> AsyncIterator[Browser]:
+    async with async_playwright() as p:
+        b = await p.chromium.launch(executable_path=chromium, args=CHROMIUM_FLAGS)
+        yield b
+        await b.close()
+
+
+@pytest.fixture
+async def console(running: Any) -> AsyncIterator[str]:
+    """The console app served over HTTP on a free loopback port, as a NATS client of the
+    worker (dead letters redacted by the worker, as in the gateway); yields its URL."""
+    backend = await ConsoleBackend.connect(running.settings, running.nats_url)
+    server = await serve(standalone(backend, TOKEN), "127.0.0.1", 0)
+    yield server.url
+    await server.stop()
+    await backend.close()
+
+
+@pytest.fixture
+async def context(browser: Browser) -> AsyncIterator[BrowserContext]:
+    ctx = await browser.new_context(viewport={"width": 1400, "height": 900})
+    ctx.set_default_timeout(15_000)
+    yield ctx
+    await ctx.close()

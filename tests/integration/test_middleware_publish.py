@@ -1,0 +1,133 @@
+"""What MemoryMiddleware publishes and stores around a fake model provider, against the real
+stack (NATS, Postgres, Qdrant Edge, the worker): only the prompt and the final answer of a
+completed run, and a verified tool outcome as a fix. The model is the only fake: a plain
+function."""
+
+from __future__ import annotations
+
+import json
+
+import nats
+import pytest
+from agentturns import SYSTEM, Audit
+
+from memstream.producers import (
+    ChatMessage,
+    MemoryMiddleware,
+    ModelOutput,
+    ToolOutcome,
+    TurnContext,
+)
+from memstream.schemas.events import TurnEvent
+from memstream.schemas.subjects import Subjects
+
+pytestmark = pytest.mark.integration
+
+
+async def test_only_the_prompt_and_final_answer_are_published(running) -> None:
+    """A tool loop's turn publishes exactly [user prompt, final answer]: no tool call, tool
+    result, system text, reasoning or recalled text reaches the stream or the store."""
+    audit = Audit()
+    async with running.client("acme", user="dee") as mem:
+        await mem.remember("RECALLED-7 the deploy key lives in the vault", type="fact")
+        mw = MemoryMiddleware(mem, audit=audit, min_score=0.1)
+        ctx = TurnContext(
+            [ChatMessage("system", SYSTEM), ChatMessage("user", "where does the deploy key live?")],
+            "t1",
+        )
+        ctx = await mw.before_prompt(ctx)
+        assert any("RECALLED-7" in m.content for m in ctx.messages if m.role == "memory")
+        step = ModelOutput("", tool_calls=({"id": "c1", "name": "grep", "args": "TOOL-CALL-5"},))
+        await mw.after_prompt(ctx, step)  # not final: nothing published
+        ctx = TurnContext(
+            [
+                *ctx.messages,
+                ChatMessage("assistant", "", tool_calls=step.tool_calls),
+                ChatMessage("tool", "TOOL-RESULT-42 vault/keys/deploy", name="grep"),
+            ],
+            ctx.session,
+            turn_id=ctx.turn_id,
+            started_at=ctx.started_at,
+        )
+        ctx = await mw.before_prompt(ctx)  # tool-only: no recall, the old block dropped
+        assert ctx.recall_reason == "tool_only"
+        out = ModelOutput("The deploy key is in the vault.", reasoning="REASONING-SECRET-99")
+        await mw.after_prompt(ctx, out)
+        await mw.after_prompt(ctx, out)  # a retried after_prompt: the same event id
+        added = await audit.wait("add_succeeded", 2)
+        assert sorted(bool(e.metadata["duplicate"]) for e in added) == [False, True]
+        assert added[0].metadata == {
+            "duplicate": added[0].metadata["duplicate"],
+            "message_count": 2,
+            "kind": "turn",
+        }
+        assert await mem.flush("t1", within_s=30)
+        listed = await mem.list_memories(limit=100)
+    # the raw turn on the stream: exactly two messages
+    subjects = Subjects(running.settings.namespace)
+    nc = await nats.connect(running.nats_url)
+    try:
+        raw = await nc.jetstream().get_last_msg(
+            subjects.stream("turns"), subjects.turns("acme", "dee", "t1")
+        )
+    finally:
+        await nc.close()
+    assert raw.data is not None
+    turn = TurnEvent.model_validate_json(raw.data)
+    assert [(m.role.value, m.content) for m in turn.messages] == [
+        ("user", "where does the deploy key live?"),
+        ("assistant", "The deploy key is in the vault."),
+    ]
+    everything = json.dumps([m.model_dump(mode="json") for m in listed.memories])
+    for secret in ("TOOL-RESULT-42", "TOOL-CALL-5", "SYSTEM-SECRET", "REASONING-SECRET"):
+        assert secret not in everything and secret not in raw.data.decode()
+    assert everything.count("RECALLED-7") == 1  # the remembered memory itself, nothing more
+    episodes = [m.content for m in listed.memories if m.type.value == "episode"]
+    assert any("where does the deploy key live?" in e and "in the vault." in e for e in episodes)
+
+
+async def test_runs_that_did_not_complete_are_not_published(running) -> None:
+    """An output on the error path, or a context with no user input, publishes nothing."""
+    audit = Audit()
+    async with running.client("acme", user="eve") as mem:
+        mw = MemoryMiddleware(mem, audit=audit)
+        ctx = await mw.before_prompt(TurnContext([ChatMessage("user", "hi there friend")], "x"))
+        await mw.after_prompt(ctx, ModelOutput("partial", completed=False))
+        await mw.after_prompt(TurnContext([ChatMessage("system", SYSTEM)], "x"), "an answer")
+        await mw.after_prompt(ctx, "the real answer")  # the control: this one is published
+        await audit.wait("add_succeeded")
+        await mem.flush("x")
+        listed = await mem.list_memories()
+    assert [m.content for m in listed.memories if "partial" in m.content] == []
+    assert len(audit.named("add_succeeded")) == 1 and audit.named("add_failed") == []
+
+
+async def test_verified_tool_outcome_becomes_a_fix(running) -> None:
+    """on_tool_result stores a verified outcome as a fix (or lesson_learned); an unverified
+    one is not stored, and the raw tool output never is."""
+    audit = Audit()
+    async with running.client("acme", user="fay") as mem:
+        mw = MemoryMiddleware(mem, audit=audit)
+        ctx = TurnContext([ChatMessage("user", "the build fails on tzdata")], "f1")
+        await mw.on_tool_result(
+            ctx, ToolOutcome("pytest", "Pinning tzdata to 2024a fixed the build", verified=True)
+        )
+        await mw.on_tool_result(
+            ctx, ToolOutcome("pytest", "Clearing the cache fixed it", verified=False)
+        )
+        await mw.on_tool_result(
+            ctx,
+            ToolOutcome(
+                "ci", "Next time run the tz tests first", verified=True, kind="lesson_learned"
+            ),
+        )
+        await mw.drain()
+        (fix,) = (await mem.list_memories(types=["fix"])).memories
+        (lesson,) = (await mem.list_memories(types=["lesson_learned"])).memories
+        everything = (await mem.list_memories(limit=100)).memories
+    assert fix.content == "Pinning tzdata to 2024a fixed the build"
+    assert fix.metadata == {"source": "tool_result", "tool": "pytest"}
+    assert lesson.content == "Next time run the tz tests first"
+    assert not any("Clearing the cache" in m.content for m in everything)
+    kinds = sorted(str(e.metadata["kind"]) for e in audit.named("add_succeeded"))
+    assert kinds == ["fix", "lesson_learned"]

@@ -1,0 +1,154 @@
+"""MemoryMiddleware's recall into the prompt around a fake model provider, against the real
+stack (NATS, Postgres, Qdrant Edge, the worker): where the recalled memory goes, which hits make
+it (minimum score, top_k, token budget), and which turns ask the service at all. The model is
+the only fake: a plain function."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import nats
+import pytest
+from agentturns import SYSTEM, Audit, run_turn
+
+from memstream.producers import ChatMessage, MemoryClient, MemoryMiddleware, TurnContext
+from memstream.producers.middleware import MEMORY_RULE
+from memstream.schemas.subjects import Subjects
+
+pytestmark = pytest.mark.integration
+
+
+class RecallCounter:
+    """Counts requests on the recall subject: a plain (non-queue) subscriber on the whole
+    namespace sees each one, in order with a probe the client sends after its turn."""
+
+    def __init__(self, nats_url: str, namespace: str) -> None:
+        self.url, self.subjects, self.count = nats_url, Subjects(namespace), 0
+        self.probes: asyncio.Queue[str] = asyncio.Queue()
+
+    async def __aenter__(self) -> RecallCounter:
+        self.nc = await nats.connect(self.url)
+
+        async def seen(msg: Any) -> None:
+            if msg.subject == self.subjects.recall:
+                self.count += 1
+            elif msg.subject.startswith(f"{self.subjects.prefix}.probe."):
+                await self.probes.put(msg.subject)
+
+        await self.nc.subscribe(f"{self.subjects.prefix}.>", cb=seen)
+        await self.nc.flush()
+        return self
+
+    async def settled(self, mem: MemoryClient) -> int:
+        """The count once every request ``mem`` sent before this call has been seen."""
+        probe = f"{self.subjects.prefix}.probe.{time.monotonic_ns()}"
+        await mem._nc.publish(probe, b"")
+        while (await asyncio.wait_for(self.probes.get(), 5)) != probe:
+            pass
+        return self.count
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.nc.close()
+
+
+async def test_recall_injects_one_reference_message(running) -> None:
+    """Recalled memory arrives as one `memory` message just before the user input, outside
+    the system prompt, and the system prompt carries the untrusted-data rule once."""
+    audit = Audit()
+    async with running.client("acme", user="ann") as mem:
+        await mem.remember("My bike is locked in the garage behind the house", type="fact")
+        mw = MemoryMiddleware(mem, audit=audit, min_score=0.05)
+        history = [ChatMessage("user", "hello"), ChatMessage("assistant", "Hi Ann")]
+        ctx, out = await run_turn(mw, "s1", history, "where is my bike?")
+    roles = [m.role for m in ctx.messages]
+    assert roles == ["system", "user", "assistant", "memory", "user"]
+    ref = ctx.messages[3].content
+    assert "My bike is locked in the garage" in ref and ref.startswith("<recalled_memory>")
+    system = ctx.messages[0].content
+    assert system.count(MEMORY_RULE) == 1 and "garage" not in system
+    assert [r.text for r in ctx.recalled] == ["My bike is locked in the garage behind the house"]
+    assert ctx.recall_reason == "session_start"
+    assert out.content.endswith("with 1 memory block(s)")
+    (ok,) = audit.named("recall_succeeded")
+    assert ok.metadata["injected_count"] == 1 and ok.metadata["result_count"] == 1
+    assert ok.metadata["context"] == "all" and ok.metadata["reason"] == "session_start"
+    assert "bike" not in repr(audit.events)  # no query or memory text in audit metadata
+    provider = ctx.as_provider_dicts()
+    assert [d["role"] for d in provider] == ["system", "user", "assistant", "user", "user"]
+
+
+async def test_min_score_top_k_and_token_budget(running) -> None:
+    """Only hits at or above the calibrated minimum, at most top_k, within the budget."""
+    async with running.client("acme", user="bo") as mem:
+        for text in (
+            "The staging database password rotates every Monday",
+            "The staging database lives in the Frankfurt region",
+            "The staging database backups run nightly at two",
+        ):
+            await mem.remember(text, type="fact")
+        query = "tell me about the staging database"
+        strict = await MemoryMiddleware(mem, min_score=0.99).before_prompt(
+            TurnContext([ChatMessage("user", query)], "a")
+        )
+        assert strict.recalled == () and all(m.role != "memory" for m in strict.messages)
+        top1 = await MemoryMiddleware(mem, min_score=0.0, top_k=1).before_prompt(
+            TurnContext([ChatMessage("user", query)], "b")
+        )
+        assert len(top1.recalled) == 1
+        every = await MemoryMiddleware(mem, min_score=0.0, top_k=5).before_prompt(
+            TurnContext([ChatMessage("user", query)], "c")
+        )
+        assert len(every.recalled) == 3
+        assert all(r.score >= 0 for r in every.recalled)
+        tight = await MemoryMiddleware(mem, min_score=0.0, top_k=5, token_budget=60).before_prompt(
+            TurnContext([ChatMessage("user", query)], "d")
+        )
+        assert len(tight.recalled) == 1
+        (ref,) = [m for m in tight.messages if m.role == "memory"]
+        assert len(ref.content) <= 60 * 4  # ~4 characters a token
+
+
+async def test_gates_decide_when_the_service_is_asked(running) -> None:
+    """Session start, topic change and prior-work references call recall; acknowledgements,
+    tool-only turns and a fresh same-topic cache hit do not (counted on the bus)."""
+    audit = Audit()
+    async with (
+        running.client("acme", user="cy") as mem,
+        RecallCounter(running.nats_url, running.settings.namespace) as calls,
+    ):
+        await mem.remember("The invoice service deploys with blue green rollouts", type="fact")
+        await mem.remember("Cy prefers pasta carbonara for dinner", type="preference")
+        mw = MemoryMiddleware(mem, audit=audit, min_score=0.1)
+        steps = [
+            ("how does the invoice service deploy?", "session_start", True),
+            ("ok thanks", "acknowledgement", False),
+            ("and the invoice service rollouts, are they blue green?", "cache_fresh", False),
+            ("what should I cook for dinner tonight?", "topic_change", True),
+            ("let's continue the previous task", "prior_work", True),
+        ]
+        history: list[ChatMessage] = []
+        for text, reason, asked in steps:
+            before = await calls.settled(mem)
+            ctx, out = await run_turn(mw, "g1", history, text)
+            assert ctx.recall_reason == reason, text
+            assert (await calls.settled(mem) > before) is asked, text
+            history += [ChatMessage("user", text), ChatMessage("assistant", out.content)]
+        fresh = [e for e in audit.named("recall_skipped") if e.metadata["reason"] == "cache_fresh"]
+        injected = fresh[0].metadata["injected_count"] if fresh else 0
+        assert isinstance(injected, int) and injected >= 1  # the cached memory, again
+        # a tool-only step of the tool loop: the last message is a tool result
+        before = await calls.settled(mem)
+        tool_ctx = TurnContext(
+            [
+                ChatMessage("system", SYSTEM),
+                ChatMessage("user", "run the tests"),
+                ChatMessage("assistant", "", tool_calls=({"id": "1", "name": "pytest"},)),
+                ChatMessage("tool", "14 passed", name="pytest"),
+            ],
+            "g1",
+        )
+        tool_ctx = await mw.before_prompt(tool_ctx)
+        assert tool_ctx.recall_reason == "tool_only" and await calls.settled(mem) == before
+        assert all(m.role != "memory" for m in tool_ctx.messages)
