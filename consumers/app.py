@@ -163,7 +163,7 @@ class Worker(Maintenance):
             await self.services.helper.start()
         if batched:
             self.broker.pulls = PullLoops(
-                js, batched, self.settings.stage.batch_size, self.settings.stage.ack_wait_s
+                self._nc, batched, self.settings.stage.batch_size, self.settings.stage.ack_wait_s
             )
             await self.broker.pulls.start()
         if "store" in roles:  # the index's maintenance goes with the stage that writes it

@@ -27,6 +27,7 @@ from typing import Any, Generic, TypeVar
 
 from memstream.consumers.logs import log
 from memstream.consumers.outage import Backoff, hold
+from memstream.consumers.pull import Pull
 from memstream.consumers.runner import StageRunner
 from memstream.consumers.stages import Deps, Work, delivered_before
 from memstream.schemas.errors import PermanentError
@@ -189,52 +190,34 @@ class BatchRunner(StageRunner):
         )
 
 
-def queued(sub: Any) -> list[Any]:
-    """The JetStream messages in a pull subscription's queue that no fetch has returned yet.
-
-    nats-py's ``fetch`` can return while a pull request it sent is still open on the server
-    (its lingering request for a batch, whose expiry the server counts from when the request
-    reached it), and the server goes on delivering into the subscription's queue. The next
-    fetch returns those first; but while the loop waits instead of fetching (behind a batch
-    held by an outage or an optimize), nothing renews them, and after ``ack_wait`` JetStream
-    delivers them again: the loop then handles them twice. nats-py has no public way to see
-    the queue, hence its private attributes; ``tests/integration/test_pull_loops.py`` fails if
-    they change. Status messages (no reply subject to ack) are left out."""
-    queue = getattr(getattr(sub, "_sub", None), "_pending_queue", None)
-    items = getattr(queue, "_queue", None)
-    if items is None:
-        return []
-    return [m for m in list(items) if str(getattr(m, "reply", "") or "").startswith("$JS.ACK.")]
-
-
 class PullLoops:
-    """One pull loop per stage on plain nats-py: each fetch returns at once with whatever is
-    waiting (up to ``batch_size``; faststream's batch mode would wait for a full batch or its
-    timeout, adding that wait to every turn's latency), and the batch is handled as a unit.
-    One batch at a time per stage: per-session order holds (DESIGN.md section 8: no
-    concurrent handlers on a pull consumer)."""
+    """One pull loop per stage on plain nats-py (``Pull``): each fetch returns at once with
+    whatever is waiting (up to ``batch_size``; faststream's batch mode would wait for a full
+    batch or its timeout, adding that wait to every turn's latency), and the batch is handled
+    as a unit. One batch at a time per stage: per-session order holds (DESIGN.md section 8:
+    no concurrent handlers on a pull consumer)."""
 
     def __init__(
         self,
-        js: Any,
+        nc: Any,
         runners: dict[str, tuple[str, str, BatchRunner]],
         size: int,
         ack_wait_s: float = 30.0,
     ):
-        self.js, self.runners, self.size = js, runners, size
+        self.nc, self.runners, self.size = nc, runners, size
         self.ack_wait_s = ack_wait_s
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._stopping = False
 
     async def start(self) -> None:
         for stage, (stream, durable, runner) in self.runners.items():
-            sub = await self.js.pull_subscribe_bind(durable=durable, stream=stream)
+            sub = await Pull.bind(self.nc, stream, durable)
             self._tasks[stage] = asyncio.create_task(
                 self._supervised(stage, stream, durable, runner, sub)
             )
 
     async def _supervised(
-        self, stage: str, stream: str, durable: str, runner: BatchRunner, sub: Any
+        self, stage: str, stream: str, durable: str, runner: BatchRunner, sub: Pull
     ) -> None:
         """``_loop``, started again on a new subscription if it fails. Every failure a loop
         expects (a fetch, a batch) is handled inside it; one it does not (a defect) would
@@ -253,14 +236,14 @@ class PullLoops:
             while not self._stopping:
                 await asyncio.sleep(backoff.next())
                 try:
-                    sub = await self.js.pull_subscribe_bind(durable=durable, stream=stream)
+                    sub = await Pull.bind(self.nc, stream, durable)
                     break
                 except Exception as exc:  # noqa: BLE001 - NATS away: try again
                     log.debug("stage.rebind_failed", stage=stage, reason=type(exc).__name__)
             if self._stopping:
                 return
 
-    async def _loop(self, stage: str, sub: Any, runner: BatchRunner) -> None:
+    async def _loop(self, stage: str, sub: Pull, runner: BatchRunner) -> None:
         backoff = Backoff(0.2, 2.0)
         # A stage that starts its batches ahead (``BatchStage.begin``: extraction and
         # redaction in the helper process) fetches and begins the next batch while this one
@@ -276,7 +259,7 @@ class PullLoops:
         try:
             while not self._stopping:
                 try:
-                    msgs = await sub.fetch(self.size, timeout=1.0)
+                    msgs = await sub.fetch(self.size, wait_s=1.0)
                 except TimeoutError:
                     continue
                 except Exception as exc:  # noqa: BLE001 - NATS away or reconnecting: fetch again soon
@@ -303,7 +286,7 @@ class PullLoops:
                     unfinished.add(finishing)
                     finishing.add_done_callback(unfinished.discard)
                 else:
-                    await self._renewing_queued(self._finish(stage, runner, begun), sub, renew_s)
+                    await self._renewing_waiting(self._finish(stage, runner, begun), sub, renew_s)
             if unfinished:
                 await asyncio.gather(*unfinished, return_exceptions=True)
         finally:
@@ -313,8 +296,7 @@ class PullLoops:
             # fetch under way had delivered (nats-py's drain waits until they are taken).
             for task in unfinished:
                 task.cancel()
-            with contextlib.suppress(Exception):
-                await sub.unsubscribe()
+            await sub.close()
 
     @staticmethod
     async def _behind(
@@ -322,13 +304,13 @@ class PullLoops:
         head_done: asyncio.Event,
         begun: Begun,
         renew_s: float,
-        sub: Any = None,
+        sub: Pull | None = None,
     ) -> None:
         """Wait until the batch before ``begun`` has written what ``begun`` reads
         (``head_done``) or has finished. It may be held through an outage for longer than
         ``ack_wait``: ``begun``'s messages have their deadline renewed meanwhile, as the held
         batch's are, so they are not delivered again behind it; and so do the messages
-        waiting in ``sub``'s queue (``queued``)."""
+        that arrived in ``sub`` and no fetch has returned yet (``Pull.waiting``)."""
         headed = asyncio.ensure_future(head_done.wait())
         try:
             while True:
@@ -340,23 +322,24 @@ class PullLoops:
                 with contextlib.suppress(Exception):  # NATS away: back after ack_wait
                     await asyncio.gather(
                         *(m.in_progress() for m in begun.msgs),
-                        *(m.in_progress() for m in queued(sub)),
+                        *(m.in_progress() for m in (sub.waiting if sub else ())),
                     )
         finally:
             headed.cancel()
 
     @staticmethod
-    async def _renewing_queued(work: Awaitable[None], sub: Any, renew_s: float) -> None:
-        """``work`` (a batch of a stage that does not begin ahead), with the messages waiting
-        in ``sub``'s queue renewed every ``renew_s`` while it runs: the batch renews its own
-        (``BatchRunner``), and the loop fetches nothing until it is done."""
+    async def _renewing_waiting(work: Awaitable[None], sub: Pull, renew_s: float) -> None:
+        """``work`` (a batch of a stage that does not begin ahead), with the messages that
+        arrived in ``sub`` and no fetch has returned yet renewed every ``renew_s`` while it
+        runs: the batch renews its own (``BatchRunner``), and the loop fetches nothing until
+        it is done."""
         task = asyncio.ensure_future(work)
         try:
             while True:
                 done, _ = await asyncio.wait({task}, timeout=renew_s)
                 if done:
                     return task.result()
-                waiting = queued(sub)
+                waiting = list(sub.waiting)
                 if waiting:
                     with contextlib.suppress(Exception):  # NATS away: back after ack_wait
                         await asyncio.gather(*(m.in_progress() for m in waiting))

@@ -8,7 +8,6 @@ index write waiting behind an optimize) renews its deadline while it runs."""
 from __future__ import annotations
 
 import asyncio
-import json
 import uuid
 from pathlib import Path
 from typing import Any, cast
@@ -19,6 +18,7 @@ from nats.js.api import AckPolicy, ConsumerConfig
 from workers import acks_settled
 
 from memstream.consumers.batching import BatchRunner, BatchStage, Begun, One, Overlap, PullLoops
+from memstream.consumers.pull import Pull
 from memstream.consumers.services import Services
 from memstream.consumers.stages import Deps
 from memstream.pipeline.redact import Redactor
@@ -82,9 +82,9 @@ async def test_a_batch_begun_ahead_is_not_redelivered_while_the_one_before_is_he
 async def test_messages_no_fetch_returned_are_renewed_while_the_loop_waits(
     nats_url: str, waits: str
 ) -> None:
-    """A pull request that outlives the fetch that sent it (nats-py's fetch can return while
-    its lingering request is still open on the server) goes on delivering messages into the
-    subscription's queue, where no fetch has returned them and no batch renews them. While the
+    """A pull request that outlives the fetch that sent it (a fetch that found nothing waiting
+    returns with the first message its lingering request brings) goes on delivering messages
+    into ``Pull.waiting``, where no fetch has returned them and no batch renews them. While the
     loop waits 3.5 x ``ack_wait`` (behind the batch before, or for its own batch, as a stage
     that does not begin ahead does), their deadline is renewed too: none is delivered again,
     and the next fetch returns each once. (Seen in a 30,000-turn ingest run, whose paced turns
@@ -103,32 +103,32 @@ async def test_messages_no_fetch_returned_are_renewed_while_the_loop_waits(
                 max_deliver=5,
             ),
         )
-        sub = await js.pull_subscribe_bind(durable="extract", stream=stream)
-        # a lingering request for three, left open as a returned fetch's can be
-        request = {"batch": 3, "expires": int(30e9)}
-        inbox = sub._sub.subject  # the fetch requests' reply inbox (nats-py keeps it private)
-        await nc.publish(
-            f"$JS.API.CONSUMER.MSG.NEXT.{stream}.extract", json.dumps(request).encode(), inbox
-        )
-        for i in range(3):
+        sub = await Pull.bind(nc, stream, "extract")
+        # nothing waiting: the fetch leaves a request for three open, for up to 30 s
+        first = asyncio.ensure_future(sub.fetch(3, wait_s=30))
+        await asyncio.sleep(0.2)
+        await js.publish(f"{stream}.turns", b"turn 0")
+        (turn0,) = await first
+        await turn0.ack_sync()
+        for i in (1, 2):
             await js.publish(f"{stream}.turns", f"turn {i}".encode())
         for _ in range(100):
-            if sub.pending_msgs == 3:
+            if len(sub.waiting) == 2:
                 break
             await asyncio.sleep(0.02)
-        assert sub.pending_msgs == 3  # delivered, in the queue, returned by no fetch
+        assert len(sub.waiting) == 2  # delivered by the open request, returned by no fetch
         held = asyncio.create_task(asyncio.sleep(3.5 * ACK_WAIT_S))
         if waits == "behind the batch before":
             begun = Begun([], [], [], None)
             await PullLoops._behind(held, asyncio.Event(), begun, ACK_WAIT_S / 3, sub)
         else:
-            await PullLoops._renewing_queued(held, sub, ACK_WAIT_S / 3)
+            await PullLoops._renewing_waiting(held, sub, ACK_WAIT_S / 3)
         assert held.done()
         info = await js.consumer_info(stream, "extract")
         assert info.num_redelivered == 0
-        msgs = await sub.fetch(3, timeout=2)
+        msgs = await sub.fetch(3, wait_s=2)
         assert [(m.data, m.metadata.num_delivered) for m in msgs] == [
-            (f"turn {i}".encode(), 1) for i in range(3)
+            (f"turn {i}".encode(), 1) for i in (1, 2)
         ]
         for m in msgs:
             await m.ack_sync()
@@ -260,7 +260,7 @@ async def test_a_pull_loop_that_fails_is_logged_and_started_again(
         return len(values)
 
     runner = _runner(js, tmp_path, work)
-    real = PullLoops._renewing_queued
+    real = PullLoops._renewing_waiting
     failures = [RuntimeError("a defect in the loop")]
 
     async def fails_once(work: Any, sub: Any, renew_s: float) -> None:
@@ -269,8 +269,8 @@ async def test_a_pull_loop_that_fails_is_logged_and_started_again(
             raise failures.pop()
         await real(work, sub, renew_s)
 
-    monkeypatch.setattr(PullLoops, "_renewing_queued", staticmethod(fails_once))
-    loops = PullLoops(js, {"extract": (stream, "extract", runner)}, 16, ACK_WAIT_S)
+    monkeypatch.setattr(PullLoops, "_renewing_waiting", staticmethod(fails_once))
+    loops = PullLoops(nc, {"extract": (stream, "extract", runner)}, 16, ACK_WAIT_S)
     try:
         await js.add_stream(name=stream, subjects=[f"{stream}.turns"])
         await js.add_consumer(

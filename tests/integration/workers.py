@@ -108,7 +108,7 @@ async def drain_with_new_loops(running: Any) -> None:
     """Start the running worker's pull loops again (a test stopped them to hand a batch to
     a runner itself) and wait until every stage has drained."""
     loops = running.worker.broker.pulls
-    restarted = PullLoops(running.worker.deps.js, loops.runners, running.settings.stage.batch_size)
+    restarted = PullLoops(loops.nc, loops.runners, running.settings.stage.batch_size)
     await restarted.start()
     try:
         await running.wait_for(running.drained, 30, "the stages")

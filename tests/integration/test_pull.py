@@ -1,0 +1,133 @@
+"""A durable pull consumer's fetches on nats-py's public API (consumers/pull.py, ``Pull``), on a
+real JetStream: a fetch returns at once with what is waiting, up to its batch; one that finds
+nothing waits for the first message or its timeout, and leaves no request open past it; what
+an open request delivers after its fetch returned is in ``waiting`` and comes first next time;
+``close`` hands back what no fetch returned."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+import nats
+import pytest
+from nats.js.api import AckPolicy, ConsumerConfig
+
+from memstream.consumers.pull import Pull
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+async def consumer(nats_url: str) -> AsyncIterator[tuple[Any, Any, str]]:
+    """A connection, its JetStream context and a stream with a durable ``work`` consumer."""
+    nc = await nats.connect(nats_url)
+    js = nc.jetstream()
+    stream = f"PULL{uuid.uuid4().hex[:8].upper()}"
+    await js.add_stream(name=stream, subjects=[f"{stream}.turns"])
+    await js.add_consumer(
+        stream, ConsumerConfig(durable_name="work", ack_policy=AckPolicy.EXPLICIT, ack_wait=30)
+    )
+    try:
+        yield nc, js, stream
+    finally:
+        await js.delete_stream(stream)
+        await nc.close()
+
+
+async def _publish(js: Any, stream: str, *bodies: str) -> None:
+    for body in bodies:
+        await js.publish(f"{stream}.turns", body.encode())
+
+
+async def test_a_fetch_returns_what_is_waiting_at_once_up_to_its_batch(
+    consumer: tuple[Any, Any, str],
+) -> None:
+    """Five turns waiting: a fetch of three returns the first three in stream order, the next
+    the other two, each well before its timeout (it does not wait for a full batch)."""
+    nc, js, stream = consumer
+    await _publish(js, stream, *(f"turn {i}" for i in range(5)))
+    pull = await Pull.bind(nc, stream, "work")
+    start = time.monotonic()
+    first = await pull.fetch(3, wait_s=5)
+    second = await pull.fetch(3, wait_s=5)
+    assert time.monotonic() - start < 2.5
+    assert [m.data for m in first + second] == [f"turn {i}".encode() for i in range(5)]
+    for m in first + second:
+        await m.ack_sync()
+    assert (await js.consumer_info(stream, "work")).num_ack_pending == 0
+    await pull.close()
+
+
+async def test_a_fetch_that_finds_nothing_times_out_and_leaves_no_request_open(
+    consumer: tuple[Any, Any, str],
+) -> None:
+    """Nothing published: the fetch raises ``TimeoutError`` after about its timeout, and a turn
+    published afterwards is delivered to no one (its request had expired), so it is still
+    there for the next fetch, delivered once."""
+    nc, js, stream = consumer
+    pull = await Pull.bind(nc, stream, "work")
+    start = time.monotonic()
+    with pytest.raises(TimeoutError):
+        await pull.fetch(4, wait_s=0.6)
+    assert 0.4 < time.monotonic() - start < 3
+    await _publish(js, stream, "late")
+    await asyncio.sleep(0.3)
+    assert not pull.waiting
+    assert (await js.consumer_info(stream, "work")).num_ack_pending == 0
+    (late,) = await pull.fetch(4, wait_s=2)
+    assert (late.data, late.metadata.num_delivered) == (b"late", 1)
+    await late.ack_sync()
+    await pull.close()
+
+
+async def test_what_an_open_request_delivers_later_comes_first_next_time(
+    consumer: tuple[Any, Any, str],
+) -> None:
+    """A fetch that found nothing returns with the first turn its request brings; the two
+    turns that request delivers afterwards wait in ``waiting`` and the next fetch returns
+    them, in order, before anything published since."""
+    nc, js, stream = consumer
+    pull = await Pull.bind(nc, stream, "work")
+    fetching = asyncio.ensure_future(pull.fetch(3, wait_s=10))
+    await asyncio.sleep(0.2)
+    await _publish(js, stream, "turn 0")
+    assert [m.data for m in await fetching] == [b"turn 0"]
+    await _publish(js, stream, "turn 1", "turn 2")
+    for _ in range(100):
+        if len(pull.waiting) == 2:
+            break
+        await asyncio.sleep(0.02)
+    assert [m.data for m in pull.waiting] == [b"turn 1", b"turn 2"]
+    await _publish(js, stream, "turn 3")
+    got = await pull.fetch(3, wait_s=2)
+    assert [m.data for m in got] == [b"turn 1", b"turn 2", b"turn 3"]
+    await pull.close()
+
+
+async def test_close_hands_back_what_no_fetch_returned(consumer: tuple[Any, Any, str]) -> None:
+    """Two turns delivered into ``waiting`` when the puller closes: they are handed back at
+    once (nak), and another puller gets them now, not after the 30 s ack deadline."""
+    nc, js, stream = consumer
+    pull = await Pull.bind(nc, stream, "work")
+    fetching = asyncio.ensure_future(pull.fetch(3, wait_s=10))
+    await asyncio.sleep(0.2)
+    await _publish(js, stream, "turn 0")
+    (turn0,) = await fetching
+    await turn0.ack_sync()
+    await _publish(js, stream, "turn 1", "turn 2")
+    for _ in range(100):
+        if len(pull.waiting) == 2:
+            break
+        await asyncio.sleep(0.02)
+    assert len(pull.waiting) == 2
+    await pull.close()
+    other = await Pull.bind(nc, stream, "work")
+    got = await other.fetch(3, wait_s=3)
+    assert sorted(m.data for m in got) == [b"turn 1", b"turn 2"]
+    for m in got:
+        await m.ack_sync()
+    await other.close()
