@@ -1,16 +1,19 @@
 """A durable pull consumer's fetches, on nats-py's public API (``PullLoops``' subscription).
 
-A pull request can outlive the fetch that sent it: a fetch returns with the first messages,
-and the request goes on delivering until its batch is full or it expires. Those messages
-wait in the client until the next fetch, and while the loop waits instead of fetching
-(behind a batch held by an outage or an optimize) they must have their ack deadline renewed,
-or JetStream delivers them again after ``ack_wait`` and the loop handles them twice (seen in
-a 30,000-turn ingest run: docs/benchmarks.md, "twentieth session"). nats-py's own ``fetch``
-keeps them in a private queue; here they land in ``Pull.waiting``, which the loop renews.
+Every request asks with ``no_wait``: the server delivers what it has and ends the request,
+so a fetch returns at once with whatever is waiting instead of waiting for a full batch; a
+fetch that finds nothing adds an expiry, and the server waits that long for the first
+message. A request can still outlive its fetch (the fetch stops waiting before the server
+ends it: a full consumer sends no end; a slow link): what it delivers later waits in the
+client, in ``Pull.waiting``, and the next fetch returns it first. While the loop waits
+instead of fetching (behind a batch held by an outage or an optimize) those messages have
+their ack deadline renewed with the batches', or JetStream would deliver them again after
+``ack_wait`` and the loop handle them twice (seen in a 30,000-turn ingest run on nats-py's
+own ``fetch``, which keeps them in a private queue: docs/benchmarks.md, "twentieth session").
 
-Each request has a reply subject of its own under one inbox, so a status message (no
-messages, request expired, a conflict) says which request it ends: an old lingering
-request's end is never taken for the end of this fetch's request.
+Each request has a reply subject of its own under ``Pull.inbox``, so a status message (no
+messages, request expired, a conflict) says which request it ends: an old request's end is
+never taken for the end of this fetch's request.
 """
 
 from __future__ import annotations
@@ -38,7 +41,8 @@ class Pull:
     def __init__(self, nc: Any, stream: str, durable: str, prefix: str = "$JS.API") -> None:
         self._nc = nc
         self._next = f"{prefix}.CONSUMER.MSG.NEXT.{stream}.{durable}"
-        self._inbox = nc.new_inbox()
+        # the subject every request of this puller is answered on: ``<inbox>.<request>``
+        self.inbox = nc.new_inbox()
         self._ids = itertools.count()
         self._sub: Any = None
         self.waiting: collections.deque[Any] = collections.deque()
@@ -49,7 +53,7 @@ class Pull:
     @classmethod
     async def bind(cls, nc: Any, stream: str, durable: str) -> Pull:
         pull = cls(nc, stream, durable)
-        pull._sub = await nc.subscribe(f"{pull._inbox}.*", cb=pull._arrived)
+        pull._sub = await nc.subscribe(f"{pull.inbox}.*", cb=pull._arrived)
         return pull
 
     async def _arrived(self, msg: Any) -> None:
@@ -72,20 +76,19 @@ class Pull:
         while self.waiting and len(into) < batch:
             into.append(self.waiting.popleft())
 
-    async def _request(self, batch: int, expires_s: float | None) -> None:
+    async def _ask(self, batch: int, expires_s: float | None, deadline: float) -> None:
+        """Ask for up to ``batch`` messages with ``no_wait``: the server delivers what it has
+        and ends the request (404, or nothing more once the batch is full); with
+        ``expires_s`` it first waits that long for at least one (408 when none came). Wait
+        until the request is over, ``batch`` messages are waiting, or ``deadline``."""
         token = str(next(self._ids))
-        body: dict[str, Any] = {"batch": batch}
-        if expires_s is None:
-            body["no_wait"] = True
-        else:
+        body: dict[str, Any] = {"batch": batch, "no_wait": True}
+        if expires_s is not None:
             body["expires"] = int(expires_s * 1e9)
         self._asked, self._over = token, False
-        reply = f"{self._inbox}.{token}"
+        reply = f"{self.inbox}.{token}"
         await self._nc.publish(self._next, json.dumps(body).encode(), reply=reply)
-
-    async def _until(self, done: Any, deadline: float) -> None:
-        """Wait until ``done()`` or ``deadline`` (monotonic)."""
-        while not done():
+        while not (self._over or len(self.waiting) >= batch):
             left = deadline - time.monotonic()
             if left <= 0:
                 return
@@ -94,25 +97,21 @@ class Pull:
                 await asyncio.wait_for(self._changed.wait(), left)
 
     async def fetch(self, batch: int, wait_s: float) -> list[Any]:
-        """Up to ``batch`` messages, at once when any are waiting (in the client, or on the
-        server: one request with ``no_wait``); else the first that arrive within ``wait_s``
-        (a lingering request, which may go on delivering into ``waiting`` after this returns).
-        Raises ``TimeoutError`` when none came."""
+        """Up to ``batch`` messages: at once when any are waiting (in the client, or on the
+        server); else the first that arrive within ``wait_s``, with whatever the server has
+        by then. Raises ``TimeoutError`` when none came."""
         start = time.monotonic()
         msgs: list[Any] = []
         self._take(batch, msgs)
         if len(msgs) < batch:
-            need = batch - len(msgs)
-            await self._request(need, None)
-            await self._until(lambda: self._over or len(self.waiting) >= need, start + wait_s)
+            await self._ask(batch - len(msgs), None, start + wait_s)
             self._take(batch, msgs)
         if msgs:
             return msgs
         left = wait_s - (time.monotonic() - start)
         if left <= _EXPIRY_MARGIN_S:
             raise TimeoutError
-        await self._request(batch, left - _EXPIRY_MARGIN_S)
-        await self._until(lambda: self._over or bool(self.waiting), start + wait_s)
+        await self._ask(batch, left - _EXPIRY_MARGIN_S, start + wait_s)
         self._take(batch, msgs)
         if not msgs:
             raise TimeoutError

@@ -1,12 +1,13 @@
 """A durable pull consumer's fetches on nats-py's public API (consumers/pull.py, ``Pull``), on a
 real JetStream: a fetch returns at once with what is waiting, up to its batch; one that finds
-nothing waits for the first message or its timeout, and leaves no request open past it; what
-an open request delivers after its fetch returned is in ``waiting`` and comes first next time;
-``close`` hands back what no fetch returned."""
+nothing waits for the first message or its timeout, and leaves no request open; what a request
+delivers after its fetch stopped waiting is in ``waiting`` and comes first next time; ``close``
+hands back what no fetch returned."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -84,24 +85,59 @@ async def test_a_fetch_that_finds_nothing_times_out_and_leaves_no_request_open(
     await pull.close()
 
 
-async def test_what_an_open_request_delivers_later_comes_first_next_time(
+async def test_a_fetch_that_waited_returns_the_first_turns_and_leaves_no_request_open(
     consumer: tuple[Any, Any, str],
 ) -> None:
-    """A fetch that found nothing returns with the first turn its request brings; the two
-    turns that request delivers afterwards wait in ``waiting`` and the next fetch returns
-    them, in order, before anything published since."""
+    """A fetch that found nothing returns with the first turn published, at once; its request
+    ends there, so the two turns published next are delivered to no one until the next fetch,
+    which returns them (delivered once)."""
     nc, js, stream = consumer
     pull = await Pull.bind(nc, stream, "work")
     fetching = asyncio.ensure_future(pull.fetch(3, wait_s=10))
     await asyncio.sleep(0.2)
+    published = time.monotonic()
     await _publish(js, stream, "turn 0")
-    assert [m.data for m in await fetching] == [b"turn 0"]
+    (turn0,) = await fetching
+    assert turn0.data == b"turn 0"
+    assert time.monotonic() - published < 1.0  # not at the end of its 10 s
+    await turn0.ack_sync()
+    await _publish(js, stream, "turn 1", "turn 2")
+    await asyncio.sleep(0.3)
+    assert not pull.waiting
+    assert (await js.consumer_info(stream, "work")).num_ack_pending == 0
+    got = await pull.fetch(3, wait_s=2)
+    assert [(m.data, m.metadata.num_delivered) for m in got] == [
+        (b"turn 1", 1),
+        (b"turn 2", 1),
+    ]
+    await pull.close()
+
+
+async def _open_request(nc: Any, js: Any, stream: str, pull: Pull) -> None:
+    """A request for three left open on the server (as one whose fetch stopped waiting is),
+    and two turns it delivers into ``pull.waiting``."""
+    request = {"batch": 3, "expires": int(30e9)}
+    await nc.publish(
+        f"$JS.API.CONSUMER.MSG.NEXT.{stream}.work",
+        json.dumps(request).encode(),
+        reply=f"{pull.inbox}.open",
+    )
     await _publish(js, stream, "turn 1", "turn 2")
     for _ in range(100):
         if len(pull.waiting) == 2:
             break
         await asyncio.sleep(0.02)
     assert [m.data for m in pull.waiting] == [b"turn 1", b"turn 2"]
+
+
+async def test_what_an_open_request_delivers_later_comes_first_next_time(
+    consumer: tuple[Any, Any, str],
+) -> None:
+    """Two turns a request delivered after its fetch stopped waiting are in ``waiting``; the
+    next fetch returns them, in order, before a turn published since."""
+    nc, js, stream = consumer
+    pull = await Pull.bind(nc, stream, "work")
+    await _open_request(nc, js, stream, pull)
     await _publish(js, stream, "turn 3")
     got = await pull.fetch(3, wait_s=2)
     assert [m.data for m in got] == [b"turn 1", b"turn 2", b"turn 3"]
@@ -109,21 +145,11 @@ async def test_what_an_open_request_delivers_later_comes_first_next_time(
 
 
 async def test_close_hands_back_what_no_fetch_returned(consumer: tuple[Any, Any, str]) -> None:
-    """Two turns delivered into ``waiting`` when the puller closes: they are handed back at
-    once (nak), and another puller gets them now, not after the 30 s ack deadline."""
+    """Two turns waiting in the puller when it closes are handed back at once (nak): another
+    puller gets them now, not after the 30 s ack deadline."""
     nc, js, stream = consumer
     pull = await Pull.bind(nc, stream, "work")
-    fetching = asyncio.ensure_future(pull.fetch(3, wait_s=10))
-    await asyncio.sleep(0.2)
-    await _publish(js, stream, "turn 0")
-    (turn0,) = await fetching
-    await turn0.ack_sync()
-    await _publish(js, stream, "turn 1", "turn 2")
-    for _ in range(100):
-        if len(pull.waiting) == 2:
-            break
-        await asyncio.sleep(0.02)
-    assert len(pull.waiting) == 2
+    await _open_request(nc, js, stream, pull)
     await pull.close()
     other = await Pull.bind(nc, stream, "work")
     got = await other.fetch(3, wait_s=3)

@@ -8,6 +8,7 @@ index write waiting behind an optimize) renews its deadline while it runs."""
 from __future__ import annotations
 
 import asyncio
+import json
 import uuid
 from pathlib import Path
 from typing import Any, cast
@@ -82,12 +83,12 @@ async def test_a_batch_begun_ahead_is_not_redelivered_while_the_one_before_is_he
 async def test_messages_no_fetch_returned_are_renewed_while_the_loop_waits(
     nats_url: str, waits: str
 ) -> None:
-    """A pull request that outlives the fetch that sent it (a fetch that found nothing waiting
-    returns with the first message its lingering request brings) goes on delivering messages
-    into ``Pull.waiting``, where no fetch has returned them and no batch renews them. While the
-    loop waits 3.5 x ``ack_wait`` (behind the batch before, or for its own batch, as a stage
-    that does not begin ahead does), their deadline is renewed too: none is delivered again,
-    and the next fetch returns each once. (Seen in a 30,000-turn ingest run, whose paced turns
+    """A pull request that outlives the fetch that sent it (the fetch stopped waiting before
+    the server ended it) goes on delivering messages into ``Pull.waiting``, where no fetch
+    has returned them and no batch renews them. While the loop waits 3.5 x ``ack_wait``
+    (behind the batch before, or for its own batch, as a stage that does not begin ahead
+    does), their deadline is renewed too: none is delivered again, and the next fetch returns
+    each once. (Seen in a 30,000-turn ingest run, whose paced turns
     arrived while an optimize held the chain for 24 s: 250 turns handled twice.)"""
     nc = await nats.connect(nats_url)
     js = nc.jetstream()
@@ -104,19 +105,20 @@ async def test_messages_no_fetch_returned_are_renewed_while_the_loop_waits(
             ),
         )
         sub = await Pull.bind(nc, stream, "extract")
-        # nothing waiting: the fetch leaves a request for three open, for up to 30 s
-        first = asyncio.ensure_future(sub.fetch(3, wait_s=30))
-        await asyncio.sleep(0.2)
-        await js.publish(f"{stream}.turns", b"turn 0")
-        (turn0,) = await first
-        await turn0.ack_sync()
-        for i in (1, 2):
+        # a request for three left open on the server, as one whose fetch stopped waiting is
+        request = {"batch": 3, "expires": int(30e9)}
+        await nc.publish(
+            f"$JS.API.CONSUMER.MSG.NEXT.{stream}.extract",
+            json.dumps(request).encode(),
+            reply=f"{sub.inbox}.open",
+        )
+        for i in range(3):
             await js.publish(f"{stream}.turns", f"turn {i}".encode())
         for _ in range(100):
-            if len(sub.waiting) == 2:
+            if len(sub.waiting) == 3:
                 break
             await asyncio.sleep(0.02)
-        assert len(sub.waiting) == 2  # delivered by the open request, returned by no fetch
+        assert len(sub.waiting) == 3  # delivered by the open request, returned by no fetch
         held = asyncio.create_task(asyncio.sleep(3.5 * ACK_WAIT_S))
         if waits == "behind the batch before":
             begun = Begun([], [], [], None)
@@ -128,7 +130,7 @@ async def test_messages_no_fetch_returned_are_renewed_while_the_loop_waits(
         assert info.num_redelivered == 0
         msgs = await sub.fetch(3, wait_s=2)
         assert [(m.data, m.metadata.num_delivered) for m in msgs] == [
-            (f"turn {i}".encode(), 1) for i in (1, 2)
+            (f"turn {i}".encode(), 1) for i in range(3)
         ]
         for m in msgs:
             await m.ack_sync()
