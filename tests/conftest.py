@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
+import signal
 import tempfile
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -56,9 +57,27 @@ def pytest_asyncio_loop_factories(
     config: pytest.Config, item: pytest.Item
 ) -> dict[str, Callable[[], asyncio.AbstractEventLoop]]:
     """Every async test runs on the loop the worker runs on (consumers/loops.py: uvloop)."""
+    return {"uvloop": _loop_that_dumps_its_tasks}
+
+
+def _loop_that_dumps_its_tasks() -> asyncio.AbstractEventLoop:
+    """A uvloop loop that writes every task's stack to ``memstream-asyncio-tasks-<pid>.txt``
+    in the temp folder on SIGUSR1 (``kill -USR1`` the pytest process; pytest holds stderr):
+    a run hung on an idle loop shows what each task awaits. pytest-timeout's signal cannot
+    interrupt such a wait, hence its thread method (pyproject.toml), which shows the threads
+    only."""
     import uvloop
 
-    return {"uvloop": uvloop.new_event_loop}
+    loop = uvloop.new_event_loop()
+
+    def dump() -> None:
+        path = Path(tempfile.gettempdir()) / f"memstream-asyncio-tasks-{os.getpid()}.txt"
+        with open(path, "a") as out:
+            for task in asyncio.all_tasks(loop):
+                task.print_stack(file=out)
+
+    loop.add_signal_handler(signal.SIGUSR1, dump)
+    return loop
 
 
 @pytest.fixture(scope="session", autouse=True)
