@@ -28,6 +28,7 @@ from memstream.consumers.stack import make_vector_index
 from memstream.pipeline.redact import Redactor
 from memstream.producers.errors import RecallError
 from memstream.schemas.memory import MemoryType, Scope
+from memstream.schemas.recall import RecallReply
 from memstream.schemas.settings import Settings, StageSettings
 from memstream.storage.ports import VectorPoint
 from memstream.storage.postgres import OwnerFilter, PgStore
@@ -157,9 +158,19 @@ async def test_recall_is_answered_from_postgres_while_the_index_process_optimize
             await index.upsert(bulk[lo : lo + 512])
         assert await index.optimize_builds()
         maintained = asyncio.create_task(remote.worker.maintain_once())
-        replies = []
+        replies: list[RecallReply] = []
+        started = time.perf_counter()
         while not maintained.done():
-            reply = await mem.recall(TOKENS[3], top_k=3, cache=False)
+            try:
+                reply = await mem.recall(TOKENS[3], top_k=3, cache=False)
+            except RecallError as exc:  # say when: before, during or after the hand-over
+                degraded = sum(r.degraded == ["vector_index"] for r in replies)
+                pytest.fail(
+                    f"recall {len(replies) + 1} failed ({exc}) "
+                    f"{time.perf_counter() - started:.2f} s into the maintenance round, after "
+                    f"{len(replies) - degraded} replies from the index process and {degraded} "
+                    f"from Postgres; the round {'ended' if maintained.done() else 'still runs'}"
+                )
             replies.append(reply)
             assert any(TOKENS[3] in h.text for h in reply.hits)
         await maintained
