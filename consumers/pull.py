@@ -33,6 +33,9 @@ HEARTBEAT, NO_MESSAGES, EXPIRED = "100", "404", "408"
 # a request whose expiry passed ends by 408 from the server; past this margin over its
 # expiry a fetch stops waiting for it (a reconnect loses the request and its 408)
 _EXPIRY_MARGIN_S = 0.1
+# a refusal that lasts (the consumer deleted: every request refused) is a warning at most
+# this often for one status and reason, with how many came since, not one a fetch
+REFUSAL_WARNING_EVERY_S = 60.0
 
 
 class Pull:
@@ -40,6 +43,7 @@ class Pull:
 
     def __init__(self, nc: Any, stream: str, durable: str, prefix: str = "$JS.API") -> None:
         self._nc = nc
+        self.stream, self.durable = stream, durable
         self._next = f"{prefix}.CONSUMER.MSG.NEXT.{stream}.{durable}"
         # the subject every request of this puller is answered on: ``<inbox>.<request>``
         self.inbox = nc.new_inbox()
@@ -49,6 +53,10 @@ class Pull:
         self._asked: str | None = None  # the request a fetch waits on
         self._over = False  # ... and the server has said it is over
         self._changed = asyncio.Event()
+        self.refused = 0  # requests the server refused (any status but 404/408)
+        # (status, reason) -> when last warned of, and how many came since
+        self._warned: dict[tuple[str, str], float] = {}
+        self._unwarned: collections.Counter[tuple[str, str]] = collections.Counter()
 
     @classmethod
     async def bind(cls, nc: Any, stream: str, durable: str) -> Pull:
@@ -64,13 +72,33 @@ class Pull:
             if msg.subject.rsplit(".", 1)[-1] == self._asked:
                 self._over = True
         elif status:
-            # a conflict (409: the consumer's max_ack_pending reached, a leader change, the
-            # consumer deleted) ends the request too, but the fetch waits out its timeout:
-            # asking again at once would only spin while the condition lasts
-            log.debug("pull.request_refused", status=status, reason=msg.headers.get("Description"))
+            # a refusal (409: the consumer's max_ack_pending reached, a leader change, the
+            # consumer deleted under the request; 503: no consumer to ask) ends the request
+            # too, but the fetch waits out its timeout: asking again at once would only spin
+            # while the condition lasts
+            self._refused(status, msg.headers.get("Description") or "")
         else:
             self.waiting.append(msg)
         self._changed.set()
+
+    def _refused(self, status: str, reason: str) -> None:
+        """Count a refusal, and warn of it unless this one was warned of lately: a stage
+        whose consumer is gone takes nothing, and the operator must hear why."""
+        self.refused += 1
+        key, now = (status, reason), time.monotonic()
+        last = self._warned.get(key)
+        if last is not None and now - last < REFUSAL_WARNING_EVERY_S:
+            self._unwarned[key] += 1
+            return
+        self._warned[key] = now
+        log.warning(
+            "pull.request_refused",
+            stream=self.stream,
+            consumer=self.durable,
+            status=status,
+            reason=reason,
+            times=self._unwarned.pop(key, 0) + 1,
+        )
 
     def _take(self, batch: int, into: list[Any]) -> None:
         while self.waiting and len(into) < batch:

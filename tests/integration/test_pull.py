@@ -2,11 +2,13 @@
 real JetStream: a fetch returns at once with what is waiting, up to its batch; one that finds
 nothing waits for the first message or its timeout, and leaves no request open; what a request
 delivers after its fetch stopped waiting is in ``waiting`` and comes first next time; ``close``
-hands back what no fetch returned."""
+hands back what no fetch returned; a request the server refuses (the consumer deleted) is
+said, once, not spun on."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
 import uuid
@@ -156,9 +158,35 @@ async def test_close_hands_back_what_no_fetch_returned(consumer: tuple[Any, Any,
     # other, so fetch until both are here (without the naks, neither is for 30 s)
     got: list[Any] = []
     deadline = time.monotonic() + 3
-    while len(got) < 2 and time.monotonic() < deadline:
-        got += await other.fetch(3, wait_s=max(0.1, deadline - time.monotonic()))
+    while len(got) < 2 and (left := deadline - time.monotonic()) > 0:
+        with contextlib.suppress(TimeoutError):
+            got += await other.fetch(3, wait_s=left)
     assert sorted(m.data for m in got) == [b"turn 1", b"turn 2"]
     for m in got:
         await m.ack_sync()
     await other.close()
+
+
+async def test_a_consumer_deleted_under_the_puller_is_said_once_and_not_spun_on(
+    consumer: tuple[Any, Any, str],
+) -> None:
+    """The consumer deleted: each fetch waits out its timeout (asking again at once would
+    spin), both refusals are counted, and one warning names the stream, the consumer and the
+    server's status, not one a fetch. (At debug level, as before, an operator heard nothing.)"""
+    from structlog.testing import capture_logs
+
+    nc, js, stream = consumer
+    pull = await Pull.bind(nc, stream, "work")
+    await js.delete_consumer(stream, "work")
+    with capture_logs() as logs:
+        for _ in range(2):
+            start = time.monotonic()
+            with pytest.raises(TimeoutError):
+                await pull.fetch(1, wait_s=0.5)
+            assert time.monotonic() - start >= 0.45
+    await pull.close()
+    assert pull.refused >= 2
+    warned = [e for e in logs if e["event"] == "pull.request_refused"]
+    assert len(warned) == 1 and warned[0]["log_level"] == "warning"
+    assert (warned[0]["stream"], warned[0]["consumer"]) == (stream, "work")
+    assert warned[0]["status"] in ("409", "503")
