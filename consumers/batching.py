@@ -211,10 +211,20 @@ class PullLoops:
 
     async def start(self) -> None:
         for stage, (stream, durable, runner) in self.runners.items():
-            sub = await Pull.bind(self.nc, stream, durable)
+            sub = await self._bind(stream, durable, runner)
             self._tasks[stage] = asyncio.create_task(
                 self._supervised(stage, stream, durable, runner, sub)
             )
+
+    async def _bind(self, stream: str, durable: str, runner: BatchRunner) -> Pull:
+        """The stage's puller; the requests the server refuses count in the stage's
+        ``refused`` (``memstream_stage_refused_total``)."""
+        metrics = runner.metrics
+
+        def refused() -> None:
+            metrics.refused += 1
+
+        return await Pull.bind(self.nc, stream, durable, on_refused=refused)
 
     async def _supervised(
         self, stage: str, stream: str, durable: str, runner: BatchRunner, sub: Pull
@@ -236,7 +246,7 @@ class PullLoops:
             while not self._stopping:
                 await asyncio.sleep(backoff.next())
                 try:
-                    sub = await Pull.bind(self.nc, stream, durable)
+                    sub = await self._bind(stream, durable, runner)
                     break
                 except Exception as exc:  # noqa: BLE001 - NATS away: try again
                     log.debug("stage.rebind_failed", stage=stage, reason=type(exc).__name__)

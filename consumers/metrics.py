@@ -101,6 +101,10 @@ class _WorkerCounters(Collector):
                 "messages handled again: delivered before (a retry, or an ack deadline passed)",
             ),
             ("fused", "items handed to the stage in memory by the stage before (no message)"),
+            (
+                "refused",
+                "pull requests JetStream refused (consumer deleted, max_ack_pending reached)",
+            ),
         ):
             family = CounterMetricFamily(f"memstream_stage_{field}", text, labels=["stage"])
             for stage, m in stages.items():

@@ -24,6 +24,7 @@ import contextlib
 import itertools
 import json
 import time
+from collections.abc import Callable
 from typing import Any
 
 from memstream.consumers.logs import log
@@ -41,7 +42,14 @@ REFUSAL_WARNING_EVERY_S = 60.0
 class Pull:
     """Fetches from one durable pull consumer: ``await Pull.bind(nc, stream, durable)``."""
 
-    def __init__(self, nc: Any, stream: str, durable: str, prefix: str = "$JS.API") -> None:
+    def __init__(
+        self,
+        nc: Any,
+        stream: str,
+        durable: str,
+        prefix: str = "$JS.API",
+        on_refused: Callable[[], None] | None = None,
+    ) -> None:
         self._nc = nc
         self.stream, self.durable = stream, durable
         self._next = f"{prefix}.CONSUMER.MSG.NEXT.{stream}.{durable}"
@@ -54,13 +62,16 @@ class Pull:
         self._over = False  # ... and the server has said it is over
         self._changed = asyncio.Event()
         self.refused = 0  # requests the server refused (any status but 404/408)
+        self._on_refused = on_refused  # the stage's counter (``memstream_stage_refused``)
         # (status, reason) -> when last warned of, and how many came since
         self._warned: dict[tuple[str, str], float] = {}
         self._unwarned: collections.Counter[tuple[str, str]] = collections.Counter()
 
     @classmethod
-    async def bind(cls, nc: Any, stream: str, durable: str) -> Pull:
-        pull = cls(nc, stream, durable)
+    async def bind(
+        cls, nc: Any, stream: str, durable: str, on_refused: Callable[[], None] | None = None
+    ) -> Pull:
+        pull = cls(nc, stream, durable, on_refused=on_refused)
         pull._sub = await nc.subscribe(f"{pull.inbox}.*", cb=pull._arrived)
         return pull
 
@@ -85,6 +96,8 @@ class Pull:
         """Count a refusal, and warn of it unless this one was warned of lately: a stage
         whose consumer is gone takes nothing, and the operator must hear why."""
         self.refused += 1
+        if self._on_refused is not None:
+            self._on_refused()
         key, now = (status, reason), time.monotonic()
         last = self._warned.get(key)
         if last is not None and now - last < REFUSAL_WARNING_EVERY_S:

@@ -27,6 +27,9 @@ class StageMetrics:
     # handed to the stage in memory by the stage before it in a fused chain (consumers/
     # chains.py): no message, so nothing acked
     fused: int = 0
+    # pull requests JetStream refused (the consumer deleted, max_ack_pending reached): while
+    # it lasts the stage takes nothing (``pull.request_refused`` in the log says why)
+    refused: int = 0
     # wall time with at least one handler of the stage running (busy_s sums handlers that
     # overlap, so it can exceed the wall clock)
     active_s: float = 0.0

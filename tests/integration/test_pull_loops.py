@@ -314,3 +314,46 @@ def _runner(js: Any, tmp_path: Path, work: Any) -> BatchRunner:
     return BatchRunner(
         "extract", deps, BatchStage[str](lambda deps, b, s: b.decode(), work, single)
     )
+
+
+async def test_a_stage_whose_consumer_is_deleted_counts_the_refusals_and_says_why(
+    nats_url: str, tmp_path: Path
+) -> None:
+    """The stage's consumer deleted under its running loop: the refused requests count in
+    the stage's ``refused`` (``memstream_stage_refused_total``, the MemstreamStageRefused
+    alert) and a ``pull.request_refused`` warning a reason names the consumer. (Before, the stage
+    took nothing and nothing said so but a debug line.)"""
+    from structlog.testing import capture_logs
+
+    nc = await nats.connect(nats_url)
+    js = nc.jetstream()
+    stream = f"GONE{uuid.uuid4().hex[:8].upper()}"
+
+    async def work(deps: Deps, values: list[str]) -> int:
+        return len(values)
+
+    runner = _runner(js, tmp_path, work)
+    loops = PullLoops(nc, {"extract": (stream, "extract", runner)}, 16)
+    try:
+        await js.add_stream(name=stream, subjects=[f"{stream}.turns"])
+        await js.add_consumer(
+            stream, ConsumerConfig(durable_name="extract", ack_policy=AckPolicy.EXPLICIT)
+        )
+        with capture_logs() as logs:
+            await loops.start()
+            await js.delete_consumer(stream, "extract")
+            for _ in range(100):
+                if runner.metrics.refused >= 2:
+                    break
+                await asyncio.sleep(0.05)
+        assert runner.metrics.refused >= 2
+        warned = [e for e in logs if e["event"] == "pull.request_refused"]
+        # one warning a reason (a request under way when it went ends by 409, Consumer
+        # Deleted; the ones after find no consumer, 503), not one a fetch
+        reasons = [(e["status"], e["reason"]) for e in warned]
+        assert warned and len(reasons) == len(set(reasons))
+        assert all(e["consumer"] == "extract" and e["stream"] == stream for e in warned)
+    finally:
+        await loops.stop(grace_s=3)
+        await js.delete_stream(stream)
+        await nc.close()
