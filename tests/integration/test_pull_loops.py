@@ -321,8 +321,8 @@ async def test_a_stage_whose_consumer_is_deleted_counts_the_refusals_and_says_wh
 ) -> None:
     """The stage's consumer deleted under its running loop: the refused requests count in
     the stage's ``refused`` (``memstream_stage_refused_total``, the MemstreamStageRefused
-    alert) and a ``pull.request_refused`` warning a reason names the consumer. (Before, the stage
-    took nothing and nothing said so but a debug line.)"""
+    alert), and one ``pull.request_refused`` warning for each reason names the consumer.
+    (Before, the stage took nothing and only a debug line said so.)"""
     from structlog.testing import capture_logs
 
     nc = await nats.connect(nats_url)
