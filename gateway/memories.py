@@ -133,8 +133,9 @@ async def _scope(
         )
         if len(out) >= want:
             break
-    if session is not None:
-        out += await _unprocessed(mem, session, composed, {h.id for h in reply.hits})
+    if session is not None and len(out) < want:  # top_k counts them too
+        turns = await _unprocessed(mem, session, composed, {h.id for h in reply.hits})
+        out += turns[: want - len(out)]
     return out, list(reply.degraded), composed
 
 
@@ -166,6 +167,12 @@ async def _unprocessed(
         ]
     out: list[SearchResult] = []
     for _, t in turns:
+        # the session's subject is the user's (or the agent's): it also carries the turns of
+        # the user with an agent, and of the agent with a user, which are other owners
+        # (docs/memory-model.md: (alice) does not see (alice, helper)), so each turn's own
+        # owner must be the caller's
+        if (t.tenant, t.user, t.agent) != (mem.tenant, mem.user, mem.agent):
+            continue
         text = "\n".join(
             f"{m.sender or m.role.value}: {m.content.strip()}"
             for m in t.messages

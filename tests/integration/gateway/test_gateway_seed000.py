@@ -206,6 +206,32 @@ async def test_unprocessed_turns_and_pending_flush(gateway, tenant) -> None:
     assert f.json()["pending"]["turns_waiting_for_extract"] is True
 
 
+async def test_unprocessed_turns_are_the_callers_own_and_count_in_top_k(gateway, tenant) -> None:
+    """Unprocessed turns of one conversation by alice alone and by alice with the agent
+    helper: each owner's current_chat search returns its own turn only (the turns share a
+    subject; before, both searches returned both), and no more of them than top_k."""
+    key = await gateway.key(tenant, user="alice")
+    assert (await gateway.search(key, "alice", "warm the key cache")).status_code == 200
+    await gateway.running.worker.broker.stop()  # stages and commands stop; recall stays up
+    for agent, text in ((None, "alice alone: weather talk"), ("helper", "with helper: a plan")):
+        extra = {"agent_id": agent} if agent else {}
+        assert (await gateway.add(key, "alice", "c1", text, **extra)).status_code == 202
+        assert (await gateway.add(key, "alice", "c1", f"{text}, again", **extra)).status_code == 202
+    for agent, mine in ((None, "alice alone"), ("helper", "with helper")):
+        extra = {"agent_id": agent} if agent else {}
+        r = await gateway.search(
+            key, "alice", "talk", conversation_id="c1", scope=["current_chat"], top_k=5, **extra
+        )
+        assert r.status_code == 200, r.text
+        res = r.json()["results"]
+        assert len(res) == 2 and all(mine in x["text"] for x in res), res
+        assert {(x["user_id"], x["agent_id"]) for x in res} == {("alice", agent)}
+        r = await gateway.search(
+            key, "alice", "talk", conversation_id="c1", scope=["current_chat"], top_k=1, **extra
+        )
+        assert [mine in x["text"] for x in r.json()["results"]] == [True]
+
+
 async def test_oversized_turns_are_413(gateway, tenant) -> None:
     """A turn larger than a NATS message is 413 `too_large`, and so is a body over 8 MiB:
     never a 5xx."""
