@@ -18,7 +18,7 @@ from memstream.schemas.commands import CommandReply as Reply
 from memstream.schemas.commands import FactHistoryRequest, FactPutRequest
 from memstream.schemas.errors import NotFound
 from memstream.schemas.ids import derived_id
-from memstream.schemas.memory import Candidate, MemoryType, Owner, Scope
+from memstream.schemas.memory import Candidate, MemoryType, Owner
 
 
 class FactCommands(CommandBase):
@@ -39,12 +39,13 @@ class FactCommands(CommandBase):
             owner=Owner(tenant=r.tenant, user=r.user, agent=r.agent),
             session=r.session,
             type=MemoryType.FACT,
-            scope=Scope.USER,
-            content=f"{r.key}: {r.value}",
+            scope=r.scope,
+            content=f"{r.key}: {r.value}" if r.labelled else r.value,
             source_event_id=f"fact:{key}:{valid_from.isoformat()}",
             occurred_at=valid_from,
             metadata={"fact_key": key},
-            importance=0.7,
+            importance=r.importance,
+            expires_at=r.expires_at,
         )
         c = _redact_candidate(self.deps, c)
         mid = derived_id(

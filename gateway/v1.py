@@ -136,8 +136,22 @@ def _session(req: RememberRequest) -> str:
     return req.session_id or f"client_{req.client_id}"
 
 
-async def _put_fact(mem: MemoryClient, key: str, value: str, update: bool) -> MemoryRecord:
-    reply = await mem.command("fact_update" if update else "fact_put", key=key, value=value)
+async def _promote(
+    mem: MemoryClient, m: MemoryRecord, content: str, salience: float
+) -> MemoryRecord:
+    """The fact a memory of salience >= 0.7 is promoted to: its text as sent, and the
+    memory's scope, session and expiry, so that a run's or a session's fact answers no
+    recall that excludes those scopes, and goes with its run or session."""
+    reply = await mem.command(
+        "fact_put",
+        key=f"memory:{m.id}",
+        value=content,
+        labelled=False,
+        scope=m.scope,
+        session=m.session,
+        expires_at=m.expires_at,
+        importance=salience,
+    )
     if reply.memory is None:
         raise ApiError(500, "internal", "the fact was not returned")
     return reply.memory
@@ -170,8 +184,7 @@ async def remember(req: RememberRequest, ident: BearerIdentity, root: Root) -> R
         raise ApiError(500, "internal", "the memory was not returned")
     fact_id = None
     if req.salience_hint >= PROMOTE_AT:
-        fact = await _put_fact(mem, f"memory:{m.id}", req.content, update=False)
-        fact_id = fact.id
+        fact_id = (await _promote(mem, m, req.content, req.salience_hint)).id
     return RememberResponse(
         memory_id=m.id,
         stored_in=["postgres", "qdrant"] if m.indexed else ["postgres"],
@@ -247,7 +260,9 @@ async def create_fact(req: FactRequest, ident: BearerIdentity, root: Root) -> Fa
     """A fact with temporal validity; one with the same subject and type supersedes it."""
     mem = _client(root, ident, req.client_id)
     key = f"{req.subject_type}:{req.subject_id}:{req.fact_type}"
-    reply = await mem.command("fact_put", key=key, value=req.content)
+    reply = await mem.command(
+        "fact_put", key=key, value=req.content, labelled=False, importance=req.salience_score
+    )
     return await _fact_response(mem, key, reply.memory, reply.detail.get("superseded"))
 
 
@@ -295,7 +310,16 @@ async def update_fact(
         raise not_found("no such fact")
     if old.valid_to is not None or old.superseded_by is not None:
         raise ApiError(409, "conflict", "this version is closed already: update the current one")
-    reply = await mem.command("fact_update", key=key, value=req.content)
+    reply = await mem.command(
+        "fact_update",
+        key=key,
+        value=req.content,
+        labelled=False,
+        importance=old.importance,
+        scope=old.scope,
+        session=old.session,
+        expires_at=old.expires_at,
+    )
     return await _fact_response(mem, key, reply.memory, reply.detail.get("superseded"))
 
 

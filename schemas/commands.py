@@ -70,6 +70,15 @@ class FactPutRequest(Caller):
     value: Annotated[Text, Field(min_length=1, max_length=10_000)]
     valid_from: datetime | None = None
     session: Ident = "default"
+    # A fact's scope and expiry: a memory promoted to a fact keeps its own (a run's or a
+    # session's fact must not answer a recall that excludes those scopes, nor outlive them)
+    scope: Scope = Scope.USER
+    expires_at: datetime | None = None
+    importance: Annotated[float, Field(ge=0, le=1)] = 0.7
+    # the stored text: ``<key>: <value>`` (the key says what the value is: ``diet:
+    # vegetarian``), or the value alone, for a statement that says it itself (the HTTP
+    # gateway's facts: a key such as ``user:1:preference`` would only add noise)
+    labelled: bool = True
 
 
 class FactHistoryRequest(Caller):

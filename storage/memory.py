@@ -175,7 +175,7 @@ class MemoryStore(RowsMixin):
                 app=None,
                 salience=0.5,
                 pinned=False,
-                expires_at=None,
+                expires_at=c.expires_at,
                 tags=[],
             )
         if old is not None:

@@ -67,9 +67,10 @@ class PgFacts(PgBase):
             await con.execute(
                 """INSERT INTO memories (id, tenant, user_id, agent_id, session, scope, type,
                     content, content_hash, source_event_ids, metadata, occurred_at, fact_key,
-                    valid_from, created_at, updated_at, importance, confidence, project)
+                    valid_from, created_at, updated_at, importance, confidence, project,
+                    expires_at)
                 VALUES ($1,$2,$3,$4,$5,$6,'fact',$7,$8,ARRAY[$9::text],$10::jsonb,$11,$12,$13,
-                        $14,$14,$15,1.0,$16)
+                        $14,$14,$15,1.0,$16,$17)
                 ON CONFLICT (id) DO NOTHING""",
                 memory_id,
                 c.owner.tenant,
@@ -87,6 +88,7 @@ class PgFacts(PgBase):
                 self.clock(),
                 c.importance,
                 c.project,
+                c.expires_at,
             )
             if old is not None:
                 await con.execute(

@@ -6,6 +6,8 @@ from datetime import datetime, timedelta
 
 import pytest
 
+from memstream.storage.postgres import OwnerFilter
+
 pytestmark = pytest.mark.integration
 
 
@@ -137,6 +139,73 @@ async def test_scopes_filter_and_lifecycles(gateway, tenant) -> None:
     assert r.status_code == 200 and r.json()["expired"] == 1
     r = await gateway.http.get("/api/v1/memory/recall", params={**q, "scopes": "run"}, headers=h)
     assert r.json()["results"] == []
+
+
+async def test_promoted_facts_keep_their_memory_s_scope_and_lifecycle(gateway, tenant) -> None:
+    """High-salience session and run memories are promoted to facts of the same scope, text
+    and expiry: scopes=["user","global"] returns neither (before, both came back as user
+    facts, their text behind a redacted key), the session's fact expires with its memory, and
+    ending the run erases the run's fact too."""
+    key = await gateway.key(tenant, user="6")
+    h = auth(key)
+    ids = {}
+    for scope, extra in (("session", {}), ("run", {"run_id": "r6"})):
+        body = {
+            "client_id": 6,
+            "salience_hint": 0.9,
+            "content": f"the {scope} budget figure is 4242",
+            "memory_scope": scope,
+            **extra,
+        }
+        r = await gateway.http.post("/api/v1/memory/remember", json=body, headers=h)
+        assert r.status_code == 201 and r.json()["fact_id"], r.text
+        ids[scope] = r.json()
+    q = {"query": "budget figure 4242", "client_id": "6"}
+    r = await gateway.http.get(
+        "/api/v1/memory/recall", params={**q, "scopes": '["user","global"]'}, headers=h
+    )
+    assert r.status_code == 200 and r.json()["results"] == [], r.text
+    r = await gateway.http.get(
+        "/api/v1/memory/recall", params={**q, "scopes": "session"}, headers=h
+    )
+    facts = [x for x in r.json()["results"] if x["source"] == "fact"]
+    assert [(x["scope"], x["content"]) for x in facts] == [
+        ("session", "the session budget figure is 4242")
+    ]
+    owner = OwnerFilter(tenant=tenant, user="6")
+    fact = await gateway.running.pg.get(owner, ids["session"]["fact_id"])
+    memory = await gateway.running.pg.get(owner, ids["session"]["memory_id"])
+    assert fact.expires_at is not None and fact.expires_at == memory.expires_at
+    assert fact.importance == pytest.approx(0.9)  # a float4 column
+    r = await gateway.http.post("/api/v1/memory/runs/r6/end", headers=h)
+    assert r.status_code == 200 and r.json()["expired"] == 2, r.text
+    r = await gateway.http.get("/api/v1/memory/recall", params={**q, "scopes": "run"}, headers=h)
+    assert r.json()["results"] == []
+
+
+async def test_a_fact_is_its_statement_with_its_salience(gateway, tenant) -> None:
+    """POST /facts stores the statement as sent (not behind its key) with the salience
+    given, and an update keeps that salience."""
+    key = await gateway.key(tenant, user="2")
+    fact = {
+        "subject_type": "user",
+        "subject_id": "2",
+        "fact_type": "preference",
+        "content": "prefers tea",
+        "salience_score": 0.3,
+    }
+    r = await gateway.http.post("/api/v1/memory/facts", json=fact, headers=auth(key))
+    assert r.status_code == 201 and r.json()["content"] == "prefers tea", r.text
+    r = await gateway.http.post(
+        f"/api/v1/memory/facts/{r.json()['fact_id']}/update",
+        json={"content": "prefers green tea"},
+        headers=auth(key),
+    )
+    assert r.status_code == 200 and r.json()["content"] == "prefers green tea", r.text
+    owner = OwnerFilter(tenant=tenant, user="2")
+    assert (await gateway.running.pg.get(owner, r.json()["fact_id"])).importance == pytest.approx(
+        0.3
+    )
 
 
 @pytest.mark.parametrize(
