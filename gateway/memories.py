@@ -104,6 +104,7 @@ async def _scope(
         method=Method.HYBRID if req.method == "agentic" else Method(req.method),
         context={"current_chat": "session", "resources": "resources"}.get(scope, "all"),
         types=types,
+        project=req.project_id,  # its project-scope memories are shared with the caller
     )
     out: list[SearchResult] = []
     for h in reply.hits:

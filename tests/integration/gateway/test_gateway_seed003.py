@@ -170,3 +170,22 @@ async def test_every_memory_type_is_labelled(gateway, tenant) -> None:
     r = await gateway.search(key, "alice", "grind coffee", agent_id="barista", top_k=20)
     assert r.status_code == 200, r.text
     assert {x["memory_type"] for x in r.json()["results"]} == {"agent_skill"}
+
+
+async def test_resources_are_shared_within_the_project_named(gateway, tenant) -> None:
+    """bob's decision, made in project p1, is a project memory: alice's resources search
+    finds it when she names p1 (before, project_id never reached recall and she found
+    nothing), and not when she names another project."""
+    bob = await gateway.key(tenant, user="bob")
+    alice = await gateway.key(tenant, user="alice")
+    said = "We decided the release train leaves on Thursdays"
+    assert (await gateway.add(bob, "bob", "b1", said, project_id="p1")).status_code == 202
+    assert (await gateway.flush(bob, "bob", "b1", project_id="p1")).json()["status"] == "flushed"
+    found = {}
+    for project in ("p1", "p2"):
+        r = await gateway.search(
+            alice, "alice", "release train", scope=["resources"], project_id=project, top_k=-1
+        )
+        assert r.status_code == 200, r.text
+        found[project] = [(x["user_id"], x["text"]) for x in r.json()["results"]]
+    assert ("bob", said) in found["p1"] and found["p2"] == [], found
