@@ -258,7 +258,15 @@ async def recall(
 @router.post("/facts", status_code=201, response_model=FactResponse, responses=ERRORS)
 async def create_fact(req: FactRequest, ident: BearerIdentity, root: Root) -> FactResponse:
     """A fact with temporal validity; one with the same subject and type supersedes it."""
-    mem = _client(root, ident, req.client_id)
+    client_id = req.client_id
+    if (
+        client_id is None
+        and req.subject_type == "user"
+        and ident.user is None
+        and ident.agent is None
+    ):
+        client_id = req.subject_id  # a tenant-wide key: the fact is its subject's, a client's
+    mem = _client(root, ident, client_id)
     key = f"{req.subject_type}:{req.subject_id}:{req.fact_type}"
     reply = await mem.command(
         "fact_put", key=key, value=req.content, labelled=False, importance=req.salience_score

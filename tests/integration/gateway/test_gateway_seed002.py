@@ -183,6 +183,32 @@ async def test_promoted_facts_keep_their_memory_s_scope_and_lifecycle(gateway, t
     assert r.json()["results"] == []
 
 
+async def test_a_tenant_key_s_fact_about_a_user_is_that_client_s(gateway, tenant) -> None:
+    """The seed's own body (no client_id) with a tenant-wide key: the fact about user 4 is
+    client 4's, and client 4's recall finds it (before: 422, name a user or an agent); about
+    a workflow, the key must still name the client."""
+    key = await gateway.key(tenant)
+    fact = {
+        "subject_type": "user",
+        "subject_id": "4",
+        "fact_type": "constraint",
+        "content": "never call before 9am",
+        "salience_score": 0.8,
+    }
+    r = await gateway.http.post("/api/v1/memory/facts", json=fact, headers=auth(key))
+    assert r.status_code == 201, r.text
+    r = await gateway.http.get(
+        "/api/v1/memory/recall",
+        params={"query": "call before 9am", "client_id": "4"},
+        headers=auth(key),
+    )
+    assert [x["content"] for x in r.json()["results"]] == ["never call before 9am"], r.text
+    r = await gateway.http.post(
+        "/api/v1/memory/facts", json={**fact, "subject_type": "workflow"}, headers=auth(key)
+    )
+    assert r.status_code == 422 and r.json()["code"] == "validation_error", r.text
+
+
 async def test_a_fact_is_its_statement_with_its_salience(gateway, tenant) -> None:
     """POST /facts stores the statement as sent (not behind its key) with the salience
     given, and an update keeps that salience."""
