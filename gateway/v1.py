@@ -31,7 +31,7 @@ from datetime import datetime
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Query, Request
-from pydantic import BaseModel, Field, StringConstraints
+from pydantic import AliasChoices, BaseModel, Field, StringConstraints
 
 from memstream.gateway.errors import ApiError, ErrorBody, not_found
 from memstream.gateway.identity import BearerIdentity, Identity, Root
@@ -61,7 +61,11 @@ class RememberRequest(Body):
     client_id: ClientId
     memory_type: Literal["event", "reflection", "decision"] = "event"
     memory_scope: Literal["run", "session", "user", "project", "global"] = "user"
-    salience_hint: Unit = 0.5
+    # the API contract's name, and the one its scenarios use ("POST ... with salience_score
+    # >= 0.7"): either is taken
+    salience_hint: Unit = Field(
+        0.5, validation_alias=AliasChoices("salience_hint", "salience_score")
+    )
     metadata: Annotated[dict[str, Scalar], Field(max_length=64)] = Field(default_factory=dict)
     run_id: Id | None = None
     session_id: Id | None = None

@@ -46,11 +46,19 @@ async def test_remember_high_salience_is_stored_everywhere_and_promoted(gateway,
 
 
 async def test_low_salience_is_not_promoted(gateway, tenant) -> None:
-    """salience 0.5: stored, no fact."""
+    """salience 0.5: stored, no fact; the scenarios' name for it, salience_score, is taken
+    as well as the contract's salience_hint (it was refused as an extra field)."""
     key = await gateway.key(tenant, user="7")
     body = {"content": "Client mentioned the office plants", "client_id": 7, "salience_hint": 0.5}
     r = await gateway.http.post("/api/v1/memory/remember", json=body, headers=auth(key))
     assert r.status_code == 201 and r.json()["fact_id"] is None
+    body = {"content": "Client signs every contract in blue ink", "client_id": 7}
+    for salience, promoted in ((0.5, False), (0.9, True)):
+        r = await gateway.http.post(
+            "/api/v1/memory/remember", json={**body, "salience_score": salience}, headers=auth(key)
+        )
+        assert r.status_code == 201, r.text
+        assert (r.json()["fact_id"] is not None) is promoted
 
 
 async def test_index_down_reports_only_postgres(gateway, tenant) -> None:
