@@ -31,7 +31,7 @@ from datetime import datetime
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Query, Request
-from pydantic import AliasChoices, BaseModel, Field, StringConstraints
+from pydantic import AliasChoices, BaseModel, Field, StringConstraints, field_validator
 
 from memstream.gateway.errors import ApiError, ErrorBody, not_found
 from memstream.gateway.identity import BearerIdentity, Identity, Root
@@ -56,6 +56,10 @@ ERRORS: dict[int | str, dict[str, Any]] = {
 }
 
 
+# the metadata keys the gateway sets on a remembered memory
+RESERVED = frozenset({"client_id", "seed_memory_type", "salience", "run_id"})
+
+
 class RememberRequest(Body):
     content: Annotated[str, StringConstraints(min_length=1, max_length=50_000)]
     client_id: ClientId
@@ -66,9 +70,20 @@ class RememberRequest(Body):
     salience_hint: Unit = Field(
         0.5, validation_alias=AliasChoices("salience_hint", "salience_score")
     )
-    metadata: Annotated[dict[str, Scalar], Field(max_length=64)] = Field(default_factory=dict)
+    # what the memory's metadata holds besides: the wire's 64 keys less the gateway's own,
+    # which a caller's may not overwrite (RESERVED)
+    metadata: Annotated[dict[str, Scalar], Field(max_length=64 - len(RESERVED))] = Field(
+        default_factory=dict
+    )
     run_id: Id | None = None
     session_id: Id | None = None
+
+    @field_validator("metadata")
+    @classmethod
+    def _not_reserved(cls, v: dict[str, Scalar]) -> dict[str, Scalar]:
+        if taken := sorted(RESERVED & set(v)):
+            raise ValueError(f"{', '.join(taken)}: set by the gateway, not the caller")
+        return v
 
 
 class RememberResponse(BaseModel):

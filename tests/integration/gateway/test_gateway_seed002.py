@@ -245,6 +245,9 @@ async def test_a_fact_is_its_statement_with_its_salience(gateway, tenant) -> Non
 @pytest.mark.parametrize(
     "body",
     [
+        {"content": "x", "client_id": 1, "metadata": {f"k{i}": i for i in range(63)}},
+        {"content": "x", "client_id": 1, "metadata": {"salience": "mine"}},
+        {"content": "x", "client_id": 1, "metadata": {"client_id": 2}},
         {"content": "x", "client_id": 1, "salience_hint": 1.5},
         {"content": "x", "client_id": 1, "memory_scope": "forever"},
         {"content": "x", "client_id": 1, "memory_type": "gossip"},
@@ -256,11 +259,13 @@ async def test_a_fact_is_its_statement_with_its_salience(gateway, tenant) -> Non
 )
 async def test_remember_validation(gateway, tenant, body) -> None:
     """Out-of-range salience, unknown scope/type, empty content, missing client_id, a run
-    memory without run_id, non-scalar metadata: 422 with the error shape."""
+    memory without run_id, non-scalar metadata, more metadata keys than the gateway leaves
+    room for (it was bad_request from the worker), a key the gateway sets (it was silently
+    overwritten): 422 validation_error with the error shape."""
     key = await gateway.key(tenant)
     r = await gateway.http.post("/api/v1/memory/remember", json=body, headers=auth(key))
     assert r.status_code == 422, r.text
-    assert set(r.json()) == {"code", "message"}
+    assert set(r.json()) == {"code", "message"} and r.json()["code"] == "validation_error"
 
 
 @pytest.mark.parametrize(
