@@ -252,7 +252,11 @@ class RecallService(ReadsServices):
             hits, truncated = await self._select_fetched(req, best, vflt, spent, absolute)
         searched = time.perf_counter()
         if hits and touch:
-            self._touch(req.tenant, [h.id for h in hits])
+            # an access counts on the caller's own memories only: another owner's shared one
+            # is theirs to change (docs/memory-model.md), and its count ranks it for them
+            mine = [h.id for h in hits if h.user == req.user and h.agent == req.agent]
+            if mine:
+                self._touch(req.tenant, mine)
         done = time.perf_counter()
         self.latencies_ms.append((done - started) * 1000)
         if self.telemetry is not None:

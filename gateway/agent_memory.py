@@ -167,7 +167,11 @@ async def commit(req: CommitRequest, ident: BearerIdentity, root: Root) -> Commi
         req.content[:10_000], top_k=5, method=Method.VECTOR, types=[tier], cache=False
     )
     for h in near.hits:
-        if h.agent == req.agent_name and (h.calibrated or 0.0) >= NEAR_DUPLICATE_COSINE:
+        # only a memory of this very owner and scope is this learning already: one shared
+        # by another owner (a user with the same agent) is not the agent's to hold it, and
+        # one of a session or run would expire with it
+        own = (h.user, h.agent) == (mem.user, mem.agent) and h.scope is Scope.USER
+        if own and (h.calibrated or 0.0) >= NEAR_DUPLICATE_COSINE:
             return CommitResponse(memory_id=h.id, duplicate_detected=True)
     meta: dict[str, Any] = {}
     if req.task_context is not None:
@@ -190,7 +194,7 @@ async def query(req: QueryRequest, ident: BearerIdentity, root: Root) -> QueryRe
     types = [MemoryType(req.memory_type)] if req.memory_type else []
     # no shared cache: a cached answer would count no access
     reply = await mem.recall(req.query, top_k=req.limit, types=types, cache=False)
-    own = [h for h in reply.hits if h.agent == req.agent_name]
+    own = [h for h in reply.hits if (h.user, h.agent) == (mem.user, mem.agent)]
     records = await asyncio.gather(*(mem.get(h.id) for h in own))
     out = []
     for h, m in zip(own, records, strict=True):

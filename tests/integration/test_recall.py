@@ -12,6 +12,7 @@ from memstream.consumers.embedded import free_port
 from memstream.consumers.recall import RecallService
 from memstream.producers.client import RecallError
 from memstream.schemas.recall import RecallRequest
+from memstream.storage.postgres import OwnerFilter
 from memstream.storage.qdrant_server import ServerVectorIndex
 
 pytestmark = pytest.mark.integration
@@ -239,6 +240,26 @@ async def test_access_counts_of_a_held_memory_wait_for_the_next_flush(
         assert await count() == 1
     finally:
         await con.close()
+
+
+async def test_an_access_counts_on_the_callers_own_memories_only(running) -> None:
+    """bob's recall finds zoe's global memory and his own: his own is counted, hers is not
+    (it is hers to change, and its count ranks it for her; before, every hit was counted)."""
+    async with running.client("acme", user="zoe") as mem:
+        hers = (await mem.remember("The office kettle is descaled on Mondays", scope="global")).id
+    async with running.client("acme", user="bob") as mem:
+        his = (await mem.remember("I descale my own kettle on Mondays too")).id
+        svc = running.worker.recall
+        for _ in range(2):
+            reply = await svc.recall(
+                RecallRequest(tenant="acme", user="bob", query="kettle descaled Mondays")
+            )
+            assert {hers, his} <= {h.id for h in reply.hits}
+        await svc.flush_touches()
+    mine = await running.pg.get(OwnerFilter(tenant="acme", user="bob"), his)
+    theirs = await running.pg.get(OwnerFilter(tenant="acme", user="zoe"), hers)
+    assert mine is not None and theirs is not None
+    assert (mine.access_count, theirs.access_count) == (2, 0)
 
 
 async def test_access_counts_held_at_shutdown_are_tried_again_then_dropped_aloud(

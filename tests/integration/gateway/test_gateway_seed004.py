@@ -142,3 +142,41 @@ async def test_agent_bound_key_cannot_act_as_another_agent(gateway, tenant) -> N
     assert r.status_code == 403 and r.json()["code"] == "forbidden"
     r = await gateway.http.post("/api/agent-memory/commit", json=body)
     assert r.status_code == 401 and r.json()["code"] == "unauthorized"
+
+
+async def test_an_agent_s_commit_and_query_stay_in_its_own_namespace(gateway, tenant) -> None:
+    """(alice, scout) shares a global blueprint; the agent scout, with its own key, commits
+    the same text: it is stored as scout's (before, it was reported a duplicate of alice's
+    memory and nothing was stored), and scout's queries list only scout's memories and count
+    no access on alice's (before, every hit was counted)."""
+    from memstream.schemas.memory import MemoryType, Scope
+    from memstream.storage.postgres import OwnerFilter
+
+    run = gateway.running
+    scout = await gateway.key(tenant, agent="scout")
+    alice_scout = await gateway.key(tenant, user="alice", agent="scout")
+    text = (
+        "Terraform plan must run before every apply in CI because the remote state backend "
+        "can drift when two pipelines share a workspace; apply exactly the reviewed plan file"
+    )
+    async with run.client(tenant, user="alice", agent="scout", api_key=alice_scout) as sdk:
+        hers = await sdk.command(
+            "remember", content=text, type=MemoryType.TASK_BLUEPRINT, scope=Scope.GLOBAL
+        )
+    assert hers.memory is not None
+    body = {"agent_name": "scout", "content": text, "memory_type": "task_blueprint"}
+    r = await gateway.http.post("/api/agent-memory/commit", json=body, headers=auth(scout))
+    assert r.status_code == 200, r.text
+    assert r.json()["memory_id"] != hers.memory.id and r.json()["duplicate_detected"] is False
+    mine = await run.pg.get(OwnerFilter(tenant=tenant, agent="scout"), r.json()["memory_id"])
+    assert mine is not None and (mine.user, mine.agent) == (None, "scout")
+    q = {"agent_name": "scout", "query": "terraform plan apply", "limit": 5}
+    for _ in range(2):
+        r = await gateway.http.post("/api/agent-memory/query", json=q, headers=auth(scout))
+        assert r.status_code == 200, r.text
+        assert [m["memory_id"] for m in r.json()["memories"]] == [mine.id]
+    await run.worker.recall.flush_touches()
+    theirs = await run.pg.get(
+        OwnerFilter(tenant=tenant, user="alice", agent="scout"), hers.memory.id
+    )
+    assert theirs is not None and theirs.access_count == 0
