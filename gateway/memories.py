@@ -251,17 +251,25 @@ async def search(request: Request, req: SearchRequest) -> SearchResponse:
 
 
 def _event_id(ident: Identity, mem: MemoryClient, req: AddRequest, idem: str | None) -> str:
-    """The idempotency key of an add: the ``Idempotency-Key`` header when sent, else the
-    session, the position (timestamps) and the content of the messages. A retried add maps
-    to the same event: JetStream drops the copy within its duplicate window, and beyond it
-    the same memories are derived again (exact dedupe keeps one)."""
+    """The idempotency key of an add: its owner, app, project and session, and the
+    ``Idempotency-Key`` header with what the messages say, or else the messages whole
+    (their timestamps, the turn's position, included). A retried add maps to the same event
+    (with the header, even if it stamps its messages anew): JetStream drops the copy within
+    its duplicate window, and beyond it the same memories are derived again (exact dedupe
+    keeps one). A header reused for another turn, or a turn sent again to another session
+    or project, is another event: taken for a retry, it was dropped, and lost."""
     owner = f"{mem.user or ''}\x1e{mem.agent or ''}"
+    where = (req.app_id, req.project_id, req.session_id)
     if idem:
-        return derived_id("http-add", ident.tenant, owner, "idempotency-key", idem)
-    body = json.dumps([m.model_dump() for m in req.messages], sort_keys=True)
+        said = [m.model_dump(exclude={"timestamp"}) for m in req.messages]
+        return derived_id("http-add", ident.tenant, owner, *where, _digest(said), "key", idem)
     return derived_id(
-        "http-add", ident.tenant, owner, req.session_id, hashlib.sha256(body.encode()).hexdigest()
+        "http-add", ident.tenant, owner, *where, _digest([m.model_dump() for m in req.messages])
     )
+
+
+def _digest(value: Any) -> str:
+    return hashlib.sha256(json.dumps(value, sort_keys=True).encode()).hexdigest()
 
 
 @router.post("/memories/add", response_model=AddResponse, status_code=202, responses=ERRORS)

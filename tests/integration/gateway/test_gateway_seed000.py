@@ -80,7 +80,8 @@ async def test_beaver_payloads_round_trip(gateway, tenant) -> None:
 
 async def test_retried_add_creates_one_memory(gateway, tenant) -> None:
     """The same add sent twice (a retry) is one turn and one memory; an Idempotency-Key makes
-    a retry with a different timestamp one turn too."""
+    a retry with a different timestamp one turn too, but not another turn sent with the same
+    key, nor the same turn sent to another project."""
     key = await gateway.key(tenant, user="u")
     first = await gateway.add(key, "u", "r1", "the locker code is kept by facilities")
     again = await gateway.add(key, "u", "r1", "the locker code is kept by facilities")
@@ -95,10 +96,21 @@ async def test_retried_add_creates_one_memory(gateway, tenant) -> None:
         "/memories/add", json={**body, "messages": [{**msg, "timestamp": 2}]}, headers=h
     )
     assert a.status_code == b.status_code == 202 and b.json()["duplicate"] is True
+    # the header reused for another turn, and the turn sent again to another project: each
+    # is stored (both were taken for retries and dropped)
+    other = {**msg, "content": "parking permits renew in April", "timestamp": 3}
+    c = await gateway.http.post("/memories/add", json={**body, "messages": [other]}, headers=h)
+    d = await gateway.http.post(
+        "/memories/add",
+        json={**body, "project_id": "p2", "messages": [{**msg, "timestamp": 1}]},
+        headers=h,
+    )
+    assert c.status_code == d.status_code == 202
+    assert c.json()["duplicate"] is False and d.json()["duplicate"] is False
     assert (await gateway.flush(key, "u", "r1")).json()["status"] == "flushed"
-    r = await gateway.search(key, "u", "locker code badge renewals", top_k=-1)
+    r = await gateway.search(key, "u", "locker code badge renewals parking", top_k=-1)
     episodes = [x for x in r.json()["results"] if x["memory_type"] == "episode"]
-    assert len(episodes) == 2, episodes
+    assert len(episodes) == 3, episodes
 
 
 async def test_empty_search_and_missing_turns(gateway, tenant) -> None:
