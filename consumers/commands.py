@@ -141,7 +141,7 @@ class CommandService(FactCommands):
         except ValidationError as exc:
             return error_reply(ErrorCode.BAD_REQUEST, f"invalid whoami request: {describe(exc)}")
         try:
-            ident = await self.auth.identity(req.api_key)
+            ident = await self.auth.identity(req.api_key, fresh=True)
         except MemstreamError:
             return error_reply(ErrorCode.UNAVAILABLE, "credentials cannot be checked right now")
         if ident is None:

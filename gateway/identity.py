@@ -2,8 +2,9 @@
 
 The gateway keeps no credentials: it asks the workers (``mem.cmd.whoami``) which tenant and
 owner a key is bound to and caches the answer briefly (``CACHE_S``; a revoked key stops
-working here within that time, and within a minute at the workers, which check the key
-again on every request the gateway forwards). The cache is keyed by a hash of the key.
+working here within that time: the workers look the key up afresh for ``whoami``, and check
+it again, cached for a minute, on every request the gateway forwards). The cache is keyed by
+a hash of the key.
 
 - Seed 004's and seed 002's routes take ``Authorization: Bearer <key>`` (``bearer_identity``).
 - Seed 000's take ``user_key`` in the body (``identity_of``).

@@ -126,6 +126,23 @@ async def test_keys_gate_commands_without_repeating_the_key(services: Services) 
     assert reply(await fresh.handle("list", body))["error"]["code"] == "unauthorized"
 
 
+async def test_whoami_sees_a_revocation_at_once_where_requests_wait_for_the_cache(
+    services: Services,
+) -> None:
+    """A key revoked after a request cached it: the next request still passes (the cache,
+    up to a minute), but ``whoami``, which the gateway asks and caches for 10 s itself,
+    refuses it at once (before, the gateway served the key for the workers' minute more)."""
+    store = services.store
+    key = await store.create_api_key("acme", user="ann")
+    svc = commands(services, required=True)
+    listing = json.dumps({"tenant": "acme", "user": "ann", "api_key": key}).encode()
+    assert reply(await svc.handle("list", listing))["ok"] is True
+    await store.revoke_api_key(key)
+    assert reply(await svc.handle("list", listing))["ok"] is True
+    out = reply(await svc.whoami(json.dumps({"api_key": key}).encode()))
+    assert out["error"]["code"] == "unauthorized" and key not in json.dumps(out)
+
+
 async def test_fact_history_command_reads_the_versions(services: Services) -> None:
     """``fact_history`` answers every version of the caller's fact, oldest first."""
     store = cast(MemoryStore, services.store)
