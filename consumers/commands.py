@@ -312,7 +312,8 @@ class CommandService(FactCommands):
         return removed
 
     async def pending_review(self, r: PendingReviewRequest) -> Reply:
-        return Reply(counts=await self.deps.pg.pending_review(r.tenant, r.since))
+        counts = await self.deps.pg.pending_review(r.tenant, r.since, r.user, r.agent)
+        return Reply(counts=counts)
 
     async def _memory(self, r: SessionRequest, off: bool) -> Reply:
         owner = Owner(tenant=r.tenant, user=r.user, agent=r.agent)

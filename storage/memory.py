@@ -123,17 +123,26 @@ class MemoryStore(RowsMixin):
         self._event(flt.tenant, None, "erased", now.isoformat(), {**detail, "memories": len(ids)})
         return ids
 
-    async def pending_review(self, tenant: str, since: dict[str, datetime]) -> dict[str, int]:
+    async def pending_review(
+        self,
+        tenant: str,
+        since: dict[str, datetime],
+        user: str | None = None,
+        agent: str | None = None,
+    ) -> dict[str, int]:
+        now = self.clock()
         return {
-            agent: sum(
+            name: sum(
                 1
                 for m in self.rows.values()
                 if m.tenant == tenant
                 and m.deleted_at is None
+                and (m.expires_at is None or m.expires_at > now)
                 and m.created_at >= ts
-                and (agent == "*" or m.agent == agent)
+                and (m.user is None or (m.user == user and m.agent == agent))
+                and (m.agent is not None if name == "*" else m.agent == name)
             )
-            for agent, ts in since.items()
+            for name, ts in since.items()
         }
 
     # --- Facts ------------------------------------------------------------------------------

@@ -128,8 +128,16 @@ class ManagedMemories(Protocol):
     async def erase(self, flt: OwnerFilter) -> list[str]:
         """Delete every memory ``flt`` owns for good; the ids removed."""
 
-    async def pending_review(self, tenant: str, since: dict[str, datetime]) -> dict[str, int]:
-        """Memories created per agent since each time (``*``: all agents)."""
+    async def pending_review(
+        self,
+        tenant: str,
+        since: dict[str, datetime],
+        user: str | None = None,
+        agent: str | None = None,
+    ) -> dict[str, int]:
+        """Memories created per agent since each time (``*``: all agents) that the caller
+        ``(user, agent)`` may read as theirs or a peer's: the agent's own (no user), and the
+        caller's own; never another user's (an owner boundary, even for a count)."""
 
 
 class Facts(Protocol):

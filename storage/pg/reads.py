@@ -92,25 +92,24 @@ class PgReads(PgBase):
         )
         return _record(rows[0]) if rows else None
 
-    async def pending_review(self, tenant: str, since: dict[str, datetime]) -> dict[str, int]:
-        """Memories created per agent since each given time (``*``: every agent together)."""
+    async def pending_review(
+        self,
+        tenant: str,
+        since: dict[str, datetime],
+        user: str | None = None,
+        agent: str | None = None,
+    ) -> dict[str, int]:
+        """Memories created per agent since each given time (``*``: every agent together),
+        of those the caller may read as theirs or a peer's (``Memories.pending_review``)."""
         out: dict[str, int] = {}
-        for agent, ts in since.items():
-            if agent == "*":
-                rows = await self._fetch(
-                    "SELECT count(*) AS n FROM memories WHERE tenant = $1 "
-                    "AND created_at >= $2 AND deleted_at IS NULL",
-                    tenant,
-                    ts,
-                )
-            else:
-                rows = await self._fetch(
-                    "SELECT count(*) AS n FROM memories WHERE tenant = $1 "
-                    "AND agent_id = $2 AND created_at >= $3 "
-                    "AND deleted_at IS NULL",
-                    tenant,
-                    agent,
-                    ts,
-                )
-            out[agent] = int(rows[0]["n"])
+        for name, ts in since.items():
+            rows = await self._fetch(
+                "SELECT count(*) AS n FROM memories WHERE tenant = $1 AND created_at >= $2 "
+                "AND deleted_at IS NULL AND (expires_at IS NULL OR expires_at > $3) "
+                "AND (user_id IS NULL OR (user_id = $4 AND agent_id IS NOT DISTINCT FROM $5)) "
+                + ("AND agent_id IS NOT NULL" if name == "*" else "AND agent_id = $6"),
+                *(tenant, ts, self.clock(), user, agent),
+                *(() if name == "*" else (name,)),
+            )
+            out[name] = int(rows[0]["n"])
         return out

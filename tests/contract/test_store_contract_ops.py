@@ -107,10 +107,18 @@ async def test_audit_rows_are_recorded_once(store: Store) -> None:
 
 
 async def test_pending_review_counts_per_agent(store: Store, rows: Rows, clock) -> None:
-    """Counts of memories created since a time, per agent and for all together."""
+    """Counts of memories created since a time, per agent and for all together, of those
+    the caller may read: agents' own (no user) and the caller's own, never another user's
+    (u2's memories with a1 were counted for everyone) nor another tenant's."""
     since = clock()
     await rows.put(store, user=None, agent="a1")
     await rows.put(store, user=None, agent="a1")
     await rows.put(store, user=None, agent="a2")
     await rows.put(store, tenant="t2", user=None, agent="a1")
-    assert await store.pending_review("t1", {"a1": since, "*": since}) == {"a1": 2, "*": 3}
+    await rows.put(store, user="u2", agent="a1")
+    await rows.put(store, user="u1", agent="a1")
+    await rows.put(store, user="u1")  # no agent: in no agent's count
+    asked = {"a1": since, "*": since}
+    assert await store.pending_review("t1", asked) == {"a1": 2, "*": 3}
+    assert await store.pending_review("t1", asked, "u1", "a1") == {"a1": 3, "*": 4}
+    assert await store.pending_review("t1", asked, "u1") == {"a1": 2, "*": 3}

@@ -180,3 +180,35 @@ async def test_an_agent_s_commit_and_query_stay_in_its_own_namespace(gateway, te
         OwnerFilter(tenant=tenant, user="alice", agent="scout"), hers.memory.id
     )
     assert theirs is not None and theirs.access_count == 0
+
+
+async def test_pending_review_counts_no_other_user_s_memories(gateway, tenant) -> None:
+    """bob's private memory with the agent scout is in no one else's count: alice's key, the
+    agent builder's and a tenant-wide key count scout's own learning only (before, each
+    counted bob's too, and "*" the whole tenant)."""
+    from memstream.schemas.memory import MemoryType
+
+    run = gateway.running
+    scout = await gateway.key(tenant, agent="scout")
+    bob_scout = await gateway.key(tenant, user="bob", agent="scout")
+    before = (datetime.now(UTC) - timedelta(minutes=1)).isoformat()
+    body = {
+        "agent_name": "scout",
+        "content": "Pin chart versions",
+        "memory_type": "skill_heuristic",
+    }
+    r = await gateway.http.post("/api/agent-memory/commit", json=body, headers=auth(scout))
+    assert r.status_code == 200, r.text
+    async with run.client(tenant, user="bob", agent="scout", api_key=bob_scout) as sdk:
+        await sdk.command("remember", content="bob's locker is 42", type=MemoryType.FACT)
+    since = json.dumps({"scout": before, "*": before})
+    keys = {
+        "alice": await gateway.key(tenant, user="alice"),
+        "builder": await gateway.key(tenant, agent="builder"),
+        "tenant": await gateway.key(tenant),
+    }
+    for who, key in keys.items():
+        r = await gateway.http.get(
+            "/api/agent-memory/pending-review", params={"since": since}, headers=auth(key)
+        )
+        assert r.status_code == 200 and r.json()["counts"] == {"scout": 1, "*": 1}, (who, r.text)
