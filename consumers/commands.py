@@ -176,7 +176,7 @@ class CommandService(FactCommands):
             user=r.user,
             agent=r.agent,
             project=r.project,
-            shared=True,
+            shared=not r.own,
             session=r.session,
             types=tuple(r.types),
             scopes=tuple(r.scopes),

@@ -29,7 +29,7 @@ import asyncio
 import json
 import math
 from datetime import UTC, datetime
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
 from fastapi import APIRouter, Query
 from pydantic import BaseModel, Field, StringConstraints, TypeAdapter, ValidationError
@@ -45,6 +45,9 @@ from memstream.schemas.recall import Method
 router = APIRouter(prefix="/api/agent-memory", tags=["agent memory (seed 004)"])
 
 Tier = Literal["task_blueprint", "skill_heuristic", "domain_pattern", "lesson_learned"]
+# what these routes read unless a request names one tier: the learnings, never the agent's
+# conversation episodes, profiles or facts (a peer would read an agent's raw conversation)
+TIERS = [MemoryType(t) for t in get_args(Tier)]
 Text = Annotated[str, StringConstraints(min_length=1, max_length=10_000)]
 NEAR_DUPLICATE_COSINE = 0.9
 OUTCOME = {"success": 1.0, "partial": 0.5, "failed": 0.0}
@@ -191,7 +194,7 @@ async def commit(req: CommitRequest, ident: BearerIdentity, root: Root) -> Commi
 async def query(req: QueryRequest, ident: BearerIdentity, root: Root) -> QueryResponse:
     """The agent's own memories for a query, by composite score; counts an access on each."""
     mem = ident.client(root, agent=req.agent_name)
-    types = [MemoryType(req.memory_type)] if req.memory_type else []
+    types = [MemoryType(req.memory_type)] if req.memory_type else TIERS
     # no shared cache: a cached answer would count no access
     reply = await mem.recall(req.query, top_k=req.limit, types=types, cache=False)
     own = [h for h in reply.hits if (h.user, h.agent) == (mem.user, mem.agent)]
@@ -215,8 +218,8 @@ async def query(req: QueryRequest, ident: BearerIdentity, root: Root) -> QueryRe
 async def list_memories(req: ListRequest, ident: BearerIdentity, root: Root) -> MemoriesResponse:
     """The agent's memories, newest first, paginated."""
     mem = ident.client(root, agent=req.agent_name)
-    types = [MemoryType(req.memory_type)] if req.memory_type else []
-    reply = await mem.list_memories(types=types, limit=req.limit, offset=req.offset)
+    types = [MemoryType(req.memory_type)] if req.memory_type else TIERS
+    reply = await mem.list_memories(types=types, limit=req.limit, offset=req.offset, own=True)
     return MemoriesResponse(
         memories=[_record(m) for m in reply.memories], next_offset=reply.next_offset
     )
@@ -226,7 +229,7 @@ async def list_memories(req: ListRequest, ident: BearerIdentity, root: Root) -> 
 async def peer_query(req: PeerQueryRequest, ident: BearerIdentity, root: Root) -> PeerResponse:
     """Another agent's memories (a literal name), read-only: no access is counted."""
     mem: MemoryClient = ident.client(root, agent=req.agent_name)
-    types = [MemoryType(req.memory_type)] if req.memory_type else []
+    types = [MemoryType(req.memory_type)] if req.memory_type else TIERS
     reply = await mem.command(
         "peer_query", target_agent=req.target_agent, query=req.query, top_k=req.limit, types=types
     )

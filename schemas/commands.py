@@ -57,6 +57,7 @@ class ListRequest(Caller):
     scopes: list[Scope] = Field(default_factory=list)
     limit: Annotated[int, Field(ge=1, le=100)] = 20
     offset: Annotated[int, Field(ge=0)] = 0
+    own: bool = False  # the caller's own memories only, not the shared ones of other owners
 
 
 class ForgetOwnerRequest(Caller):

@@ -147,8 +147,9 @@ async def test_agent_bound_key_cannot_act_as_another_agent(gateway, tenant) -> N
 async def test_an_agent_s_commit_and_query_stay_in_its_own_namespace(gateway, tenant) -> None:
     """(alice, scout) shares a global blueprint; the agent scout, with its own key, commits
     the same text: it is stored as scout's (before, it was reported a duplicate of alice's
-    memory and nothing was stored), and scout's queries list only scout's memories and count
-    no access on alice's (before, every hit was counted)."""
+    memory and nothing was stored); scout's queries and list show only scout's memories (the
+    list showed alice's shared one too), and the queries count no access on alice's (before,
+    every hit was counted)."""
     from memstream.schemas.memory import MemoryType, Scope
     from memstream.storage.postgres import OwnerFilter
 
@@ -175,6 +176,10 @@ async def test_an_agent_s_commit_and_query_stay_in_its_own_namespace(gateway, te
         r = await gateway.http.post("/api/agent-memory/query", json=q, headers=auth(scout))
         assert r.status_code == 200, r.text
         assert [m["memory_id"] for m in r.json()["memories"]] == [mine.id]
+    r = await gateway.http.post(
+        "/api/agent-memory/list", json={"agent_name": "scout"}, headers=auth(scout)
+    )
+    assert [m["memory_id"] for m in r.json()["memories"]] == [mine.id], r.text
     await run.worker.recall.flush_touches()
     theirs = await run.pg.get(
         OwnerFilter(tenant=tenant, user="alice", agent="scout"), hers.memory.id
@@ -212,3 +217,30 @@ async def test_pending_review_counts_no_other_user_s_memories(gateway, tenant) -
             "/api/agent-memory/pending-review", params={"since": since}, headers=auth(key)
         )
         assert r.status_code == 200 and r.json()["counts"] == {"scout": 1, "*": 1}, (who, r.text)
+
+
+async def test_a_peer_reads_an_agent_s_learnings_not_its_other_memories(gateway, tenant) -> None:
+    """The agent scout holds a learning and a fact of its own: the peer builder's query
+    returns the learning only (it returned every type: a peer read an agent's facts,
+    profiles and conversation episodes), unless it names a tier."""
+    from memstream.schemas.memory import MemoryType
+
+    scout = await gateway.key(tenant, agent="scout")
+    builder = await gateway.key(tenant, agent="builder")
+    body = {
+        "agent_name": "scout",
+        "content": "The staging cluster restarts every night at two",
+        "memory_type": "domain_pattern",
+    }
+    r = await gateway.http.post("/api/agent-memory/commit", json=body, headers=auth(scout))
+    assert r.status_code == 200, r.text
+    async with gateway.running.client(tenant, agent="scout", api_key=scout) as sdk:
+        await sdk.command(
+            "remember",
+            content="The staging cluster admin is on call at night",
+            type=MemoryType.FACT,
+        )
+    q = {"agent_name": "builder", "target_agent": "scout", "query": "staging cluster night"}
+    r = await gateway.http.post("/api/agent-memory/peer-query", json=q, headers=auth(builder))
+    assert r.status_code == 200, r.text
+    assert [m["memory_type"] for m in r.json()["memories"]] == ["domain_pattern"]
