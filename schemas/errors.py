@@ -19,6 +19,7 @@ a secret: only a code from ``ErrorCode`` and a sanitized sentence.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
 from enum import StrEnum
 from typing import Any, Literal
@@ -67,8 +68,20 @@ def describe_errors(
         loc = list(e.get("loc", ()))
         if envelope is not None and loc[:1] == [envelope]:
             loc = loc[1:]
-        out.append(f"{'.'.join(map(str, loc)) or '<root>'}: {e.get('msg', 'invalid')}")
+        path = ".".join(_named(part) for part in loc)
+        out.append(f"{path or '<root>'}: {e.get('msg', 'invalid')}")
     return "; ".join(out) or "invalid input"
+
+
+# A path element the caller sent (a map's key, an unknown field) is input too: one that
+# could hold a secret (an API key sent as a field name is 47 characters) is not repeated
+_NAME = re.compile(r"[A-Za-z0-9_-]{1,32}")
+
+
+def _named(part: Any) -> str:
+    if isinstance(part, int) or _NAME.fullmatch(str(part)):
+        return str(part)
+    return "<a name given>"
 
 
 class MemstreamError(Exception):

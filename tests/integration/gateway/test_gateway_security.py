@@ -3,6 +3,7 @@ read crosses a tenant or an owner."""
 
 from __future__ import annotations
 
+import json
 import logging
 
 import pytest
@@ -16,9 +17,13 @@ def pieces(key: str) -> list[str]:
 
 
 async def test_key_never_in_responses_or_logs(gateway, tenant, caplog, capfd) -> None:
-    """Right, wrong, malformed and over-long keys on every route: no response body, header,
-    error or log line holds any 8-character piece of a key."""
+    """Right, wrong, malformed and over-long keys on every route, also sent as a field's name
+    and a map's key: no response body, header, error or log line holds any 8-character piece
+    of a key (a field's name was repeated in its 422)."""
     caplog.set_level(logging.DEBUG)
+    # this test's own HTTP client logs each URL it requests, a key in a query string too
+    # (the gateway logs no URL: uvicorn's access log is off)
+    caplog.set_level(logging.WARNING, logger="httpx")
     key = await gateway.key(tenant, user="u")
     wrong = key[:-4] + "AAAA"
     long = key * 10
@@ -33,6 +38,15 @@ async def test_key_never_in_responses_or_logs(gateway, tenant, caplog, capfd) ->
         r = await gateway.search(k, "u", "q", top_k=0)  # a validation error with the key in
         seen.append(r.text)
         r = await gateway.search(k, 123, "q")  # a type error next to the key
+        seen.append(r.text)
+        r = await gateway.search(k, "u", "q", **{k: 1})  # the key sent as a field's name
+        seen.append(r.text)
+        since = json.dumps({k: "not a time"})  # ... and as a map's key
+        r = await gateway.http.get(
+            "/api/agent-memory/pending-review",
+            params={"since": since},
+            headers={"Authorization": f"Bearer {k}"},
+        )
         seen.append(r.text)
         h = {"Authorization": f"Bearer {k}"}
         for path, body in (
