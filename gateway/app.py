@@ -33,7 +33,7 @@ TITLE = "memstream gateway"
 class GatewayConfig:
     nats_url: str | None = None
     namespace: str = "mem"
-    flush_timeout_s: float = 30.0
+    flush_timeout_s: float = 8.0  # Settings.gateway_flush_timeout_s says why
     request_timeout_s: float = 10.0
     # the operator console at /console: served only with an operator token
     settings: Settings | None = field(default=None, repr=False)

@@ -172,7 +172,9 @@ class Settings(BaseSettings):
     # None keeps `memstream dev` from starting it
     gateway_host: str = "127.0.0.1"
     gateway_port: int | None = 8010
-    gateway_flush_timeout_s: float = Field(default=30.0, gt=0)
+    # below seed 000's client timeout (10 s): a slow pipeline answers 202 pending, not a
+    # request the client gave up on
+    gateway_flush_timeout_s: float = Field(default=8.0, gt=0)
 
     @field_validator("stages", mode="before")
     @classmethod

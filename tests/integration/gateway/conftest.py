@@ -37,6 +37,9 @@ class Gateway:
         return await self.http.post("/memories/add", json={**body, **extra})
 
     async def flush(self, key: str, user: str, chat: str, **extra: Any) -> httpx.Response:
+        # the tests wait for their turns longer than a client's default 8 s: a loaded
+        # machine must not turn a slow flush into a failed test
+        extra.setdefault("timeout_s", 30)
         body = {"user_id": user, "user_key": key, "session_id": f"chat:{chat}", **extra}
         return await self.http.post("/memories/flush", json=body, timeout=60)
 

@@ -198,7 +198,8 @@ async def test_malformed_json_is_422(gateway) -> None:
 
 async def test_unprocessed_turns_and_pending_flush(gateway, tenant) -> None:
     """With the stages stopped, an added turn is returned by current_chat search as
-    unprocessed_message, and flush times out with 202 saying what is pending."""
+    unprocessed_message, and flush times out with 202 saying what is pending, by default
+    within seed 000's client timeout."""
     key = await gateway.key(tenant, user="u")
     warm = await gateway.search(key, "u", "warm the key cache")  # resolves the key first
     assert warm.status_code == 200
@@ -216,6 +217,11 @@ async def test_unprocessed_turns_and_pending_flush(gateway, tenant) -> None:
     assert f.status_code == 202, f.text
     assert f.json()["status"] == "pending"
     assert f.json()["pending"]["turns_waiting_for_extract"] is True
+    # seed 000's client sends no timeout_s and gives up after 10 s: it hears pending first
+    # (the default was 30 s, so it timed out)
+    body = {"user_id": "u", "user_key": key, "session_id": "chat:p1"}
+    f = await gateway.http.post("/memories/flush", json=body, timeout=10)
+    assert f.status_code == 202 and f.json()["status"] == "pending", f.text
 
 
 async def test_unprocessed_turns_are_the_callers_own_and_count_in_top_k(gateway, tenant) -> None:
