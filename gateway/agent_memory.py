@@ -38,7 +38,8 @@ from memstream.gateway.errors import ApiError, ErrorBody
 from memstream.gateway.identity import BearerIdentity, Root
 from memstream.gateway.models import Body, Id
 from memstream.producers.client import MemoryClient
-from memstream.schemas.errors import describe
+from memstream.producers.errors import RecallError
+from memstream.schemas.errors import ErrorCode, describe
 from memstream.schemas.memory import MemoryRecord, MemoryType, Scope
 from memstream.schemas.recall import Method
 
@@ -166,10 +167,19 @@ async def commit(req: CommitRequest, ident: BearerIdentity, root: Root) -> Commi
     """Store a learning of the agent (seed 004), deduplicated against its own memories."""
     mem = ident.client(root, agent=req.agent_name)
     tier = MemoryType(req.memory_type)
-    near = await mem.recall(
-        req.content[:10_000], top_k=5, method=Method.VECTOR, types=[tier], cache=False
-    )
-    for h in near.hits:
+    try:
+        near = await mem.recall(
+            req.content[:10_000], top_k=5, method=Method.VECTOR, types=[tier], cache=False
+        )
+        hits = near.hits
+    except RecallError as exc:
+        if exc.code not in (ErrorCode.UNAVAILABLE, ErrorCode.TIMEOUT):
+            raise
+        # the vector index away or slow: the learning is stored without this check (the
+        # seed's "commit still proceeds, dedup is skipped"); remember's own exact and
+        # near-duplicate checks still run, and the reconciler indexes it later
+        hits = []
+    for h in hits:
         # only a memory of this very owner and scope is this learning already: one shared
         # by another owner (a user with the same agent) is not the agent's to hold it, and
         # one of a session or run would expire with it

@@ -244,3 +244,21 @@ async def test_a_peer_reads_an_agent_s_learnings_not_its_other_memories(gateway,
     r = await gateway.http.post("/api/agent-memory/peer-query", json=q, headers=auth(builder))
     assert r.status_code == 200, r.text
     assert [m["memory_type"] for m in r.json()["memories"]] == ["domain_pattern"]
+
+
+async def test_a_commit_goes_through_while_the_vector_index_is_away(gateway, tenant) -> None:
+    """The vector index unreachable: a commit skips its near-duplicate check and stores the
+    learning (it was 503), and a second commit of it is still one memory (remember's exact
+    duplicate check runs in Postgres)."""
+    scout = await gateway.key(tenant, agent="scout")
+    body = {
+        "agent_name": "scout",
+        "content": "Rotate the CI runner tokens every ninety days",
+        "memory_type": "lesson_learned",
+    }
+    async with gateway.running.index_away():
+        r = await gateway.http.post("/api/agent-memory/commit", json=body, headers=auth(scout))
+        assert r.status_code == 200 and r.json()["duplicate_detected"] is False, r.text
+        again = await gateway.http.post("/api/agent-memory/commit", json=body, headers=auth(scout))
+    assert again.status_code == 200, again.text
+    assert again.json() == {"memory_id": r.json()["memory_id"], "duplicate_detected": True}
