@@ -52,7 +52,7 @@ class FactCommands(CommandBase):
             r.tenant, r.user or "", r.agent or "", "fact", key, valid_from.isoformat(), c.content
         )
         old, current = await self.deps.pg.put_fact(
-            mid, dedupe.key(c).content_hash, c, key, valid_from
+            mid, dedupe.key(c).content_hash, c, key, valid_from, supersedes=r.supersedes
         )
         if old is not None:
             await self._delete_points(r.tenant, [old.id])

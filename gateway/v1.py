@@ -46,6 +46,7 @@ ClientId = Annotated[int, Field(ge=0, le=2**63 - 1)] | Id
 Unit = Annotated[float, Field(ge=0, le=1)]
 Scalar = str | int | float | bool | None
 PROMOTE_AT = 0.7
+CLOSED = "this version is closed already: update the current one"
 TYPES = {
     "event": MemoryType.EPISODE,
     "reflection": MemoryType.LESSON_LEARNED,
@@ -336,17 +337,23 @@ async def update_fact(
     if old.type is not MemoryType.FACT or not isinstance(key, str):
         raise not_found("no such fact")
     if old.valid_to is not None or old.superseded_by is not None:
-        raise ApiError(409, "conflict", "this version is closed already: update the current one")
-    reply = await mem.command(
-        "fact_update",
-        key=key,
-        value=req.content,
-        labelled=False,
-        importance=old.importance,
-        scope=old.scope,
-        session=old.session,
-        expires_at=old.expires_at,
-    )
+        raise ApiError(409, "conflict", CLOSED)
+    try:
+        reply = await mem.command(
+            "fact_update",
+            key=key,
+            value=req.content,
+            labelled=False,
+            importance=old.importance,
+            scope=old.scope,
+            session=old.session,
+            expires_at=old.expires_at,
+            supersedes=old.id,  # closed by another update since it was read: 409, not a fork
+        )
+    except CommandError as exc:
+        if exc.code is ErrorCode.NOT_FOUND:
+            raise ApiError(409, "conflict", CLOSED) from None
+        raise
     return await _fact_response(mem, key, reply.memory, reply.detail.get("superseded"))
 
 

@@ -80,6 +80,9 @@ class FactPutRequest(Caller):
     # vegetarian``), or the value alone, for a statement that says it itself (the HTTP
     # gateway's facts: a key such as ``user:1:preference`` would only add noise)
     labelled: bool = True
+    # the version this put must close (an update of that version): refused, not_found, when
+    # another version is current, so two updates of one version cannot both succeed
+    supersedes: Annotated[str, Field(max_length=64)] | None = None
 
 
 class FactHistoryRequest(Caller):

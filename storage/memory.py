@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
+from memstream.schemas.errors import NotFound
 from memstream.schemas.memory import Candidate, MemoryRecord, MemoryType
 from memstream.storage.memory_rows import RowsMixin, matches
 from memstream.storage.pg.sql import Clock, OwnerFilter, hash_key, utcnow
@@ -154,7 +155,13 @@ class MemoryStore(RowsMixin):
         return found[0] if found else None
 
     async def put_fact(
-        self, memory_id: str, content_hash: str, c: Candidate, key: str, valid_from: datetime
+        self,
+        memory_id: str,
+        content_hash: str,
+        c: Candidate,
+        key: str,
+        valid_from: datetime,
+        supersedes: str | None = None,
     ) -> tuple[MemoryRecord | None, str]:
         owner = OwnerFilter(tenant=c.owner.tenant, user=c.owner.user, agent=c.owner.agent)
         now = self.clock()
@@ -172,6 +179,8 @@ class MemoryStore(RowsMixin):
         )
         if old is not None and old.content_hash == content_hash:
             return None, old.id
+        if supersedes is not None and (old is None or old.id != supersedes):
+            raise NotFound("that fact version is not the current one")
         if memory_id not in self.rows:
             record = self._new(memory_id, content_hash, c, now)
             self._put(

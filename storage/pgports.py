@@ -147,9 +147,17 @@ class Facts(Protocol):
     async def current_fact(self, flt: OwnerFilter, key: str) -> MemoryRecord | None: ...
 
     async def put_fact(
-        self, memory_id: str, content_hash: str, c: Candidate, key: str, valid_from: datetime
+        self,
+        memory_id: str,
+        content_hash: str,
+        c: Candidate,
+        key: str,
+        valid_from: datetime,
+        supersedes: str | None = None,
     ) -> tuple[MemoryRecord | None, str]:
-        """(the version closed or None, the current version's id)."""
+        """(the version closed or None, the current version's id). ``supersedes``: the
+        version the put must close; ``NotFound`` when another one (or none) is current, so
+        that two updates of one version cannot both succeed."""
 
     async def fact_history(self, flt: OwnerFilter, key: str) -> list[MemoryRecord]:
         """Every version, oldest first."""

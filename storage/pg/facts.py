@@ -7,6 +7,7 @@ import json
 from datetime import datetime
 from typing import Any
 
+from memstream.schemas.errors import NotFound
 from memstream.schemas.memory import Candidate, MemoryRecord
 from memstream.storage.pg.base import PgBase
 from memstream.storage.pg.sql import _COLUMNS, OwnerFilter, _queue_vector_deletes, _record, _where
@@ -46,15 +47,30 @@ class PgFacts(PgBase):
         return _record(rows[0]) if rows else None
 
     async def put_fact(
-        self, memory_id: str, content_hash: str, c: Candidate, key: str, valid_from: datetime
+        self,
+        memory_id: str,
+        content_hash: str,
+        c: Candidate,
+        key: str,
+        valid_from: datetime,
+        supersedes: str | None = None,
     ) -> tuple[MemoryRecord | None, str]:
         """Insert a fact version valid from ``valid_from``; the version current until then is
         closed (valid_to, superseded_by) and its point queued for deletion. Returns (the closed
         version or None, the id of the current version). Putting the value the current
         version already holds changes nothing (a retried put): (None, its id). A value held
-        by an earlier, closed version opens a new version (A, B, then A again)."""
+        by an earlier, closed version opens a new version (A, B, then A again). ``supersedes``:
+        the version to close; ``NotFound`` when it is not the current one (another update came
+        first)."""
         owner = OwnerFilter(tenant=c.owner.tenant, user=c.owner.user, agent=c.owner.agent)
         async with self._transaction() as con:
+            # One put of an owner's key at a time: ``FOR UPDATE`` below locks the current
+            # version, but with none yet two puts would each open one, and a key would have
+            # two current versions. The lock is the transaction's, so a crash releases it.
+            await con.execute(
+                "SELECT pg_advisory_xact_lock(hashtextextended($1, 0))",
+                "\x1f".join(("fact", c.owner.tenant, c.owner.user or "", c.owner.agent or "", key)),
+            )
             args: list[Any] = [key, memory_id]
             where = _fact_where(owner, args, self.clock(), live=False)
             old = await con.fetchrow(
@@ -64,6 +80,8 @@ class PgFacts(PgBase):
             )
             if old is not None and old["content_hash"] == content_hash:
                 return None, str(old["id"])
+            if supersedes is not None and (old is None or str(old["id"]) != supersedes):
+                raise NotFound("that fact version is not the current one")
             await con.execute(
                 """INSERT INTO memories (id, tenant, user_id, agent_id, session, scope, type,
                     content, content_hash, source_event_ids, metadata, occurred_at, fact_key,

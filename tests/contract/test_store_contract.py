@@ -3,11 +3,14 @@ folds), owner filters and facts. Every test runs against PgStore and MemoryStore
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from datetime import timedelta
 
+import pytest
 from storerows import Rows, chash
 
+from memstream.schemas.errors import NotFound
 from memstream.schemas.memory import MemoryType, Scope
 from memstream.storage.pg.sql import OwnerFilter
 from memstream.storage.pgports import Store
@@ -175,6 +178,55 @@ async def test_facts_are_versioned(store: Store, rows: Rows, clock) -> None:
     assert await store.get_many(flt, [v1]) == {}  # superseded: never recalled
     assert await store.current_fact(OwnerFilter(tenant="t1", user="u2"), "city") is None
     assert v1 in (await store.pending_vector_deletes()).get("t1", [])
+
+
+async def test_a_fact_update_closes_only_the_version_it_names(
+    store: Store, rows: Rows, clock
+) -> None:
+    """``supersedes`` names the version to close: a second update of that same version is
+    refused (NotFound) and leaves one current version; a retry of the update that won is
+    still a no-op, not a refusal."""
+    flt = OwnerFilter(tenant="t1", user="u1")
+    first = rows.candidate(content="drinks tea", type=MemoryType.FACT)
+    v1 = str(uuid.uuid4())
+    await store.put_fact(v1, chash(first), first, "drink", clock())
+    clock.advance(seconds=1)
+    coffee = rows.candidate(content="drinks coffee", type=MemoryType.FACT)
+    v2 = str(uuid.uuid4())
+    assert (await store.put_fact(v2, chash(coffee), coffee, "drink", clock(), supersedes=v1))[
+        1
+    ] == v2
+    clock.advance(seconds=1)
+    water = rows.candidate(content="drinks water", type=MemoryType.FACT)
+    with pytest.raises(NotFound):
+        await store.put_fact(
+            str(uuid.uuid4()), chash(water), water, "drink", clock(), supersedes=v1
+        )
+    retried = await store.put_fact(
+        str(uuid.uuid4()), chash(coffee), coffee, "drink", clock(), supersedes=v1
+    )
+    assert retried == (None, v2)
+    assert [m.id for m in await store.fact_history(flt, "drink")] == [v1, v2]
+    with pytest.raises(NotFound):  # nothing current to close
+        await store.put_fact(str(uuid.uuid4()), chash(water), water, "none", clock(), supersedes=v1)
+
+
+async def test_concurrent_first_puts_of_a_key_leave_one_current_version(
+    store: Store, rows: Rows, clock
+) -> None:
+    """Puts of a key nothing holds yet, side by side: each closes the one before, so the key
+    ends with one current version (without one put at a time, each opened its own)."""
+    flt = OwnerFilter(tenant="t1", user="u1")
+    values = [rows.candidate(content=f"works on floor {n}", type=MemoryType.FACT) for n in range(8)]
+    at = clock()
+    puts = [
+        store.put_fact(str(uuid.uuid4()), chash(c), c, "floor", at + timedelta(seconds=n))
+        for n, c in enumerate(values)
+    ]
+    await asyncio.gather(*puts)
+    history = await store.fact_history(flt, "floor")
+    assert len(history) == 8
+    assert sum(m.valid_to is None and m.superseded_by is None for m in history) == 1
 
 
 async def test_tombstone_hides_and_queues_the_point(store: Store, rows: Rows) -> None:

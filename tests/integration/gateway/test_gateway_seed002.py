@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from datetime import datetime, timedelta
 
 import pytest
@@ -115,6 +116,36 @@ async def test_facts_create_and_update_close_the_old_version(gateway, tenant) ->
     )
     texts = [x["content"] for x in r.json()["results"] if x["source"] == "fact"]
     assert any("flat white" in t for t in texts) and not any("espresso" in t for t in texts)
+
+
+async def test_updates_of_one_version_side_by_side_make_one_new_version(gateway, tenant) -> None:
+    """Four updates of the same version at once: one wins (200), the others are 409 conflict,
+    and the fact's history is the old version and the winner's, not a fork of four."""
+    key = await gateway.key(tenant, user="1")
+    fact = {"subject_type": "user", "subject_id": "1", "fact_type": "preference"}
+    r = await gateway.http.post(
+        "/api/v1/memory/facts", json={**fact, "content": "sits by the window"}, headers=auth(key)
+    )
+    assert r.status_code == 201, r.text
+    fid = r.json()["fact_id"]
+    answers = await asyncio.gather(
+        *(
+            gateway.http.post(
+                f"/api/v1/memory/facts/{fid}/update",
+                json={"content": f"sits in row {n}"},
+                headers=auth(key),
+            )
+            for n in range(4)
+        )
+    )
+    assert sorted(a.status_code for a in answers) == [200, 409, 409, 409], [a.text for a in answers]
+    won = next(a.json() for a in answers if a.status_code == 200)
+    assert won["previous_fact_id"] == fid
+    conflict = next(a.json() for a in answers if a.status_code == 409)
+    assert conflict["code"] == "conflict" and set(conflict) == {"code", "message"}
+    owner = OwnerFilter(tenant=tenant, user="1")
+    history = await gateway.running.pg.fact_history(owner, won["key"])
+    assert [m.id for m in history] == [fid, won["fact_id"]]
 
 
 async def test_scopes_filter_and_lifecycles(gateway, tenant) -> None:
