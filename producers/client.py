@@ -29,7 +29,7 @@ import nats
 from nats.errors import Error as NatsError
 from nats.errors import NoRespondersError
 from nats.errors import TimeoutError as NatsTimeout
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from memstream.producers.connection import NatsAuth, let_go, servers
 from memstream.producers.errors import (
@@ -252,7 +252,7 @@ class MemoryClient(Publishing, Verbs):
         except (ValidationError, ValueError, TypeError) as exc:
             raise RecallError(ErrorCode.BAD_REQUEST, field_errors(exc)) from None
         data = await self._request(
-            self.subjects.recall, req.model_dump_json().encode(), self.recall_timeout, RecallError
+            self.subjects.recall, _wire(req), self.recall_timeout, RecallError
         )
         return _decode_reply(data)
 
@@ -285,7 +285,7 @@ class MemoryClient(Publishing, Verbs):
             raise CommandError(ErrorCode.BAD_REQUEST, field_errors(exc)) from None
         data = await self._request(
             self.subjects.cmd(verb),
-            req.model_dump_json().encode(),
+            _wire(req),
             self.command_timeout,
             CommandError,
         )
@@ -297,6 +297,13 @@ class MemoryClient(Publishing, Verbs):
             return CommandReply.model_validate(body)
         except (ValueError, AttributeError, ValidationError):
             raise CommandError(ErrorCode.INTERNAL, "the reply could not be read") from None
+
+
+def _wire(req: BaseModel) -> bytes:
+    """A request as sent: the fields the caller set, defaults left out, so that a worker one
+    release older, which refuses a field it does not know, still takes a request from a newer
+    SDK that leaves that field at its default (a rolling upgrade in either order)."""
+    return req.model_dump_json(exclude_defaults=True).encode()
 
 
 def _decode_reply(data: bytes) -> RecallReply:
