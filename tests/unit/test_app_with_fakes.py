@@ -126,6 +126,29 @@ async def test_keys_gate_commands_without_repeating_the_key(services: Services) 
     assert reply(await fresh.handle("list", body))["error"]["code"] == "unauthorized"
 
 
+async def test_a_key_bound_on_one_side_acts_only_with_that_side(services: Services) -> None:
+    """A key bound to a user only may name an agent beside its user (the user with that
+    agent), never the agent alone or the agent with another user; a key bound to an agent
+    only, the same the other way round (docs/gateway.md)."""
+    store = services.store
+    ann = await store.create_api_key("acme", user="ann")
+    scout = await store.create_api_key("acme", agent="scout")
+    svc = commands(services, required=True)
+
+    async def code(api_key: str, user: str | None, agent: str | None) -> str:
+        body: dict[str, Any] = {"tenant": "acme", "api_key": api_key}
+        body |= {k: v for k, v in (("user", user), ("agent", agent)) if v is not None}
+        out = reply(await svc.handle("list", json.dumps(body).encode()))
+        return "ok" if out["ok"] else str(out["error"]["code"])
+
+    assert await code(ann, "ann", "scout") == "ok"
+    assert await code(ann, None, "scout") == "unauthorized"
+    assert await code(ann, "bob", "scout") == "unauthorized"
+    assert await code(scout, "bob", "scout") == "ok"
+    assert await code(scout, "bob", None) == "unauthorized"
+    assert await code(scout, "bob", "other") == "unauthorized"
+
+
 async def test_whoami_sees_a_revocation_at_once_where_requests_wait_for_the_cache(
     services: Services,
 ) -> None:
