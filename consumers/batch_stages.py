@@ -43,7 +43,7 @@ def decode_turn(deps: Deps, body: bytes, subject: str) -> TurnEvent:
 def candidate_on(stage: str) -> Decode[Candidate]:
     def decode_candidate(deps: Deps, body: bytes, subject: str) -> Candidate:
         c = decode(Candidate, body)
-        if why := deps.subjects.stage_mismatch(subject, stage, c.owner.tenant):
+        if why := deps.subjects.stage_mismatch(subject, stage, c.owner.tenant, c.owner.key):
             raise InvalidMessage(why)
         return c if stage == "redact" else redacted_here(deps, c, stage)
 

@@ -31,7 +31,7 @@ async def publish_to_stage(deps: Deps, stage: str, cands: Sequence[Candidate]) -
     await deps.publish_many(
         [
             (
-                deps.subjects.stage(stage, c.owner.tenant),
+                deps.subjects.stage(stage, c.owner.tenant, c.owner.key),
                 c,
                 msg_id(c.owner.tenant, f"{stage}:{c.candidate_id}"),
             )

@@ -136,7 +136,7 @@ Work = Callable[[Deps, bytes, str], Awaitable[int]]  # (deps, body, subject) -> 
 
 
 def _on_stage(deps: Deps, subject: str, stage: str, c: Candidate) -> Candidate:
-    if why := deps.subjects.stage_mismatch(subject, stage, c.owner.tenant):
+    if why := deps.subjects.stage_mismatch(subject, stage, c.owner.tenant, c.owner.key):
         raise InvalidMessage(why)
     return c
 
@@ -154,7 +154,7 @@ async def extract_work(deps: Deps, body: bytes, subject: str) -> int:
     await asyncio.gather(
         *(
             deps.publish(
-                deps.subjects.stage("redact", c.owner.tenant),
+                deps.subjects.stage("redact", c.owner.tenant, c.owner.key),
                 c,
                 msg_id(c.owner.tenant, f"redact:{c.candidate_id}"),
             )
@@ -266,7 +266,9 @@ async def redact_work(deps: Deps, body: bytes, subject: str) -> int:
         metrics[label] = metrics.get(label, 0) + n
     tenant = c.owner.tenant
     await deps.publish(
-        deps.subjects.stage("dedupe", tenant), c, msg_id(tenant, f"dedupe:{c.candidate_id}")
+        deps.subjects.stage("dedupe", tenant, c.owner.key),
+        c,
+        msg_id(tenant, f"dedupe:{c.candidate_id}"),
     )
     return 1
 
@@ -328,7 +330,9 @@ async def dedupe_work(deps: Deps, body: bytes, subject: str) -> int:
         return 0
     tenant = c.owner.tenant
     await deps.publish(
-        deps.subjects.stage("store", tenant), c, msg_id(tenant, f"store:{c.candidate_id}")
+        deps.subjects.stage("store", tenant, c.owner.key),
+        c,
+        msg_id(tenant, f"store:{c.candidate_id}"),
     )
     return 1
 

@@ -5,10 +5,12 @@ not yet processed), read from JetStream's own bookkeeping: no state of our own.
   (every turn at or below the floor has been acked, which extract does only after its
   candidates are durable in ``MEM_STAGES``), or the consumer holds nothing pending at all.
 - Candidates are *stored and indexed* once ``MEM_STAGES`` (a work queue: acked messages are
-  removed) holds nothing for the tenant: the store stage acks only after the row is written
-  and the index point upserted (or kept for the reconciler when the index is down).
+  removed) holds nothing for the caller's owner: the store stage acks only after the row is
+  written and the index point upserted (or kept for the reconciler when the index is down).
+  A stage subject names the candidate's owner, so the count is one server-side count over
+  that owner's subjects, and says nothing about the tenant's other owners.
 
-Both are conservative: another session of the same tenant still in flight makes a flush
+Both are conservative: another session of the same owner still in flight makes a flush
 wait for it too, never return early.
 """
 
@@ -25,7 +27,7 @@ from nats.js.errors import NotFoundError
 
 from memstream.producers.client import MemoryClient, MemoryClientError
 from memstream.schemas.events import TurnEvent
-from memstream.schemas.subjects import token
+from memstream.schemas.ids import owner_key
 
 
 @dataclass(frozen=True)
@@ -33,7 +35,7 @@ class Progress:
     last_seq: int  # the session's newest turn in MEM_TURNS (0: none)
     extracted_through: int  # the extract consumer's ack floor
     extract_idle: bool  # the extract consumer has nothing pending or unacked
-    held_in_stages: int  # candidates of the tenant still between redact and store
+    held_in_stages: int  # candidates of the owner still between redact and store
 
     @property
     def turns_extracted(self) -> bool:
@@ -60,9 +62,11 @@ async def _js(mem: MemoryClient) -> Any:
 
 
 async def progress(mem: MemoryClient, owner: str, session: str) -> Progress:
-    """Where the pipeline is with ``mem.tenant``'s session ``session`` of ``owner``."""
+    """Where the pipeline is with ``mem.tenant``'s session ``session`` of ``owner`` (the
+    turn subject's owner token); the candidates counted are those of ``mem``'s owner."""
     js = await _js(mem)
     s = mem.subjects
+    mine = s.stage_owner_filter(mem.tenant, owner_key(mem.user, mem.agent))
     try:
         try:
             last = (
@@ -71,9 +75,7 @@ async def progress(mem: MemoryClient, owner: str, session: str) -> Progress:
         except NotFoundError:
             last = 0
         info = await js.consumer_info(s.stream("turns"), s.durable("extract"))
-        stages = await js.stream_info(
-            s.stream("stages"), subjects_filter=f"{s.prefix}.stage.*.{token(mem.tenant)}"
-        )
+        stages = await js.stream_info(s.stream("stages"), subjects_filter=mine)
     except (NatsError, OSError, TimeoutError) as exc:
         raise MemoryClientError("the pipeline's progress cannot be read") from exc
     held = sum((stages.state.subjects or {}).values()) if stages.state.messages else 0
@@ -123,4 +125,6 @@ async def wait_processed(
         if state.done or left <= 0:
             return state
         await asyncio.sleep(min(delay, left))
+        if mem.closed:  # closed while waiting: reading on would open a connection again
+            raise MemoryClientError("the client was closed")
         delay = min(delay * 1.5, 0.25)

@@ -3,11 +3,16 @@
 | subject                                   | kind                              |
 |-------------------------------------------|-----------------------------------|
 | mem.turns.<tenant>.<owner>.<session>      | JetStream MEM_TURNS (limits)      |
-| mem.stage.<stage>.<tenant>                | JetStream MEM_STAGES (work queue) |
+| mem.stage.<stage>.<tenant>.<owner>        | JetStream MEM_STAGES (work queue) |
 | mem.events.<tenant>                       | JetStream MEM_EVENTS (retained)   |
 | mem.dlq.<stage>                           | JetStream MEM_DLQ                 |
 | mem.recall                                | core request-reply, queue group   |
 | mem.cmd.<verb>                            | core request-reply, queue group   |
+
+A stage subject names the candidate's owner (its ``owner_key``: user and agent) so that a
+flush counts the caller's own candidates in flight with one server-side count, never another
+owner's. ``mem.stage.<stage>.<tenant>`` (no owner) is still consumed: candidates published
+before the owner was in the subject.
 
 ``mem.recall`` and ``mem.cmd.*`` are outside every stream's subjects, so no
 stream captures a request and answers it with a PubAck. The ``mem`` prefix is
@@ -123,11 +128,18 @@ class Subjects:
             return f"{self.prefix}.turns.{token(tenant)}.>"
         return f"{self.prefix}.turns.{token(tenant)}.{token(owner)}.*"
 
-    def stage(self, name: str, tenant: str) -> str:
-        return f"{self.prefix}.stage.{name}.{token(tenant)}"
+    def stage(self, name: str, tenant: str, owner: str | None = None) -> str:
+        """A candidate's stage subject; ``owner`` is its ``Owner.key``. Without it, the
+        tenant-wide form of candidates published before the owner was in the subject."""
+        base = f"{self.prefix}.stage.{name}.{token(tenant)}"
+        return base if owner is None else f"{base}.{token(owner)}"
 
     def stage_filter(self, name: str | None = None) -> str:
-        return f"{self.prefix}.stage.>" if name is None else f"{self.prefix}.stage.{name}.*"
+        return f"{self.prefix}.stage.>" if name is None else f"{self.prefix}.stage.{name}.>"
+
+    def stage_owner_filter(self, tenant: str, owner: str) -> str:
+        """One owner's candidates in every stage (``owner``: an ``Owner.key``)."""
+        return f"{self.prefix}.stage.*.{token(tenant)}.{token(owner)}"
 
     def events(self, tenant: str | None = None) -> str:
         return (
@@ -158,11 +170,14 @@ class Subjects:
         return untoken(parts[2]), untoken(parts[3]), untoken(parts[4])
 
     def parse_stage(self, subject: str) -> tuple[str, str] | None:
-        """(stage, tenant) of a stage subject of this namespace, else None."""
+        """(stage, tenant) of a stage subject of this namespace (with or without its owner
+        token), else None."""
         parts = subject.split(".")
-        if len(parts) != 4 or parts[:2] != [self.prefix, "stage"] or parts[2] not in STAGES:
+        if len(parts) not in (4, 5) or parts[:2] != [self.prefix, "stage"]:
             return None
-        return (parts[2], untoken(parts[3])) if valid_token(parts[3]) else None
+        if parts[2] not in STAGES or not all(valid_token(t) for t in parts[3:]):
+            return None
+        return parts[2], untoken(parts[3])
 
     def turn_mismatch(self, subject: str, tenant: str, owner: str, session: str) -> str | None:
         """Why a turn body does not belong on ``subject`` (None when it does): the subject is
@@ -172,12 +187,15 @@ class Subjects:
             return None
         return "the turn's tenant, owner or session disagrees with its subject"
 
-    def stage_mismatch(self, subject: str, stage: str, tenant: str) -> str | None:
+    def stage_mismatch(self, subject: str, stage: str, tenant: str, owner: str) -> str | None:
         """Why a candidate does not belong on the stage subject it arrived on (None when it
-        does): another stage's subject, or another tenant than the body's."""
-        if subject == self.stage(stage, tenant):
+        does): another stage's subject, or another tenant or owner than the body's."""
+        if subject in (self.stage(stage, tenant, owner), self.stage(stage, tenant)):
             return None
-        return f"the candidate's tenant disagrees with its subject (or it is not a {stage} subject)"
+        return (
+            "the candidate's tenant or owner disagrees with its subject "
+            f"(or it is not a {stage} subject)"
+        )
 
     def replayable(self, subject: str) -> bool:
         """Whether a dead letter may be sent back to ``subject``: only this namespace's own

@@ -41,3 +41,19 @@ def test_the_empty_id_and_nul_have_different_tokens() -> None:
     """ "" and "\\x00" were both "%00": two ids on one subject."""
     assert token("") != token("\x00")
     assert untoken(token("")) == "" and untoken(token("\x00")) == "\x00"
+
+
+def test_stage_subjects_name_the_owner_and_still_take_the_tenant_form() -> None:
+    """A candidate's stage subject carries its owner (what flush counts by); the body must
+    match it, and the tenant-only form of candidates published before is still accepted."""
+    s = Subjects("mem")
+    alice, helper = "alice\x1e", "alice\x1ehelper"
+    subject = s.stage("store", "acme", alice)
+    assert subject == "mem.stage.store.acme.alice%1E"
+    assert s.stage_mismatch(subject, "store", "acme", alice) is None
+    assert s.stage_mismatch(s.stage("store", "acme"), "store", "acme", alice) is None
+    assert s.stage_mismatch(subject, "store", "acme", helper) is not None
+    assert s.stage_mismatch(subject, "dedupe", "acme", alice) is not None
+    assert s.parse_stage(subject) == ("store", "acme") and s.replayable(subject)
+    assert s.stage_owner_filter("acme", alice) == "mem.stage.*.acme.alice%1E"
+    assert s.stage_filter("store") == "mem.stage.store.>"

@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
+import nats
 import pytest
+
+from memstream.schemas.memory import Candidate, Owner
+from memstream.schemas.subjects import MSG_ID_HEADER, msg_id
 
 pytestmark = pytest.mark.integration
 
@@ -269,3 +275,37 @@ async def test_agent_id_does_not_lift_the_user_binding(gateway, tenant) -> None:
     key = await gateway.key(tenant, user="alice")
     r = await gateway.search(key, "bob", "q", agent_id="helper")
     assert r.status_code == 403 and r.json()["code"] == "forbidden"
+
+
+async def test_flush_counts_only_the_callers_own_candidates_in_stages(gateway, tenant) -> None:
+    """A candidate of bob held in the stages is not in alice's flush (200, 0 candidates: it
+    counted the whole tenant, so alice waited for bob and learnt his backlog), nor in the
+    flush of alice with the agent helper; bob's own flush counts it."""
+    keys = {u: await gateway.key(tenant, user=u) for u in ("alice", "bob")}
+    for u, k in keys.items():  # resolve the keys while the workers still answer
+        assert (await gateway.search(k, u, "warm the key cache")).status_code == 200
+    await gateway.running.worker.broker.stop()  # stages stop: what is in them stays there
+    s = gateway.running.worker.deps.subjects
+    held = Candidate(
+        candidate_id="bob-held-1",
+        owner=Owner(tenant=tenant, user="bob"),
+        session="chat:b1",
+        content="bob's candidate waiting for redact",
+        source_event_id="bob-turn-1",
+        occurred_at=datetime.now(UTC),
+    )
+    nc = await nats.connect(gateway.running.nats_url)
+    try:
+        await nc.jetstream().publish(
+            s.stage("redact", tenant, held.owner.key),
+            held.model_dump_json().encode(),
+            headers={MSG_ID_HEADER: msg_id(tenant, "redact:bob-held-1")},
+        )
+    finally:
+        await nc.close()
+    for extra in ({}, {"agent_id": "helper"}):
+        f = await gateway.flush(keys["alice"], "alice", "a1", timeout_s=0.5, **extra)
+        assert f.status_code == 200 and f.json()["status"] == "flushed", f.text
+        assert f.json()["pending"]["candidates_in_stages"] == 0
+    f = await gateway.flush(keys["bob"], "bob", "b1", timeout_s=0.5)
+    assert f.status_code == 202 and f.json()["pending"]["candidates_in_stages"] == 1, f.text
