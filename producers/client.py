@@ -115,6 +115,7 @@ class MemoryClient(Publishing, Verbs):
         self._js: Any = None
         self._root: MemoryClient | None = None  # set on scoped copies: whose connection
         self._pending: set[asyncio.Task[Any]] = set()
+        self._closed = False
         self.publish_failures = 0
 
     async def connect(self) -> MemoryClient:
@@ -126,6 +127,7 @@ class MemoryClient(Publishing, Verbs):
             return self
         async with self._connecting:
             if self._nc is None:
+                self._closed = False
                 try:
                     nc = await asyncio.wait_for(
                         nats.connect(
@@ -203,11 +205,18 @@ class MemoryClient(Publishing, Verbs):
         """Connection errors are counted, not printed: the agent's output stays its own."""
         self.connection_errors += 1
 
+    @property
+    def closed(self) -> bool:
+        """``close()`` was called (and no ``connect()`` since): a background wait such as the
+        middleware's flush stops instead of opening a connection nobody will close."""
+        return (self._root or self)._closed
+
     async def close(self) -> None:
         if self._root is not None:  # a scoped copy: the connection is the original's
             if self._pending:
                 await asyncio.gather(*self._pending, return_exceptions=True)
             return
+        self._closed = True
         if self._pending:
             await asyncio.gather(*self._pending, return_exceptions=True)
         if self._nc is not None:

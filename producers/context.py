@@ -67,13 +67,16 @@ class RecalledMemory:
 @dataclass(frozen=True, init=False)
 class TurnContext:
     """The model's context for one turn: ``messages`` in order (system first, then history,
-    the current user input last, or tool results after it in a tool loop). ``session`` is
-    the conversation id; ``turn_id`` makes the published turn idempotent (a retried
-    ``after_prompt`` for the same turn is stored once). ``recalled`` lists what
+    the current user input last, or tool results after it in a tool loop). ``chat_id`` is
+    the host's conversation id: the session is then ``chat:<chat_id>``, the session seed
+    000's gateway adds to and searches as ``current_chat``; a ``session`` given explicitly
+    is used as it is (default ``default``). ``turn_id`` makes the published turn idempotent
+    (a retried ``after_prompt`` for the same turn is stored once). ``recalled`` lists what
     ``before_prompt`` injected, ``recall_reason`` why it recalled or skipped."""
 
     messages: tuple[ChatMessage, ...]
     session: str
+    chat_id: str | None
     turn_id: str
     started_at: datetime
     recalled: tuple[RecalledMemory, ...]
@@ -82,15 +85,20 @@ class TurnContext:
     def __init__(
         self,
         messages: Sequence[ChatMessage | Mapping[str, Any]],
-        session: str = "default",
+        session: str | None = None,
         turn_id: str | None = None,
         started_at: datetime | None = None,
         recalled: tuple[RecalledMemory, ...] = (),
         recall_reason: str | None = None,
+        *,
+        chat_id: str | None = None,
     ) -> None:
         msgs = tuple(m if isinstance(m, ChatMessage) else _message(m) for m in messages)
+        if session is None:
+            session = f"chat:{chat_id}" if chat_id else "default"
         object.__setattr__(self, "messages", msgs)
         object.__setattr__(self, "session", session)
+        object.__setattr__(self, "chat_id", chat_id)
         object.__setattr__(self, "turn_id", turn_id or uuid.uuid4().hex)
         object.__setattr__(self, "started_at", started_at or datetime.now(UTC))
         object.__setattr__(self, "recalled", recalled)
@@ -155,6 +163,8 @@ AuditName = Literal[
     "recall_skipped",
     "add_succeeded",
     "add_failed",
+    "flush_succeeded",
+    "flush_failed",
 ]
 AuditValue = str | int | float | bool | list[str] | None
 

@@ -1,8 +1,8 @@
 """Agent middleware: recall before the model call, persist after it (seeds 000 and 001).
 
     mw = MemoryMiddleware(client)                    # client: a connected-or-not MemoryClient
-    ctx = TurnContext(session="s1", messages=[ChatMessage("system", "You are ..."),
-                                              ChatMessage("user", "where is my bike?")])
+    ctx = TurnContext([ChatMessage("system", "You are ..."),
+                       ChatMessage("user", "where is my bike?")], chat_id="42")  # chat:42
     ctx = await mw.before_prompt(ctx)                # recall gates, injection, system rule
     out = await model(ctx)                           # your provider call
     await mw.after_prompt(ctx, out)                  # user prompt + final answer, fail-open
@@ -15,7 +15,9 @@
   dropped from the context (it is ephemeral) and is never persisted.
 - ``after_prompt`` publishes exactly the current user input and the final answer
   (``publish_turn(wait=False)``) and returns at once; it never raises. Tool calls, tool
-  results, system text, reasoning and recalled text are never published.
+  results, system text, reasoning and recalled text are never published. Once the add
+  succeeded, the session is flushed once in the background (seed 000: add, then flush),
+  waiting at most ``flush_s``; an add that failed is not flushed.
 - ``on_tool_result`` records a verified outcome as a ``fix`` or ``lesson_learned`` memory.
 - ``audit`` receives ``AuditEvent``s whose metadata are counts, scopes, reasons and error
   categories: never keys, queries or memory text. An audit callback that raises is ignored.
@@ -28,7 +30,7 @@ import hashlib
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, Literal
 
@@ -69,6 +71,7 @@ __all__ = [
 
 _CHARS_PER_TOKEN = 4  # the same estimate as the recall responder's token budget
 _MAX_SESSIONS = 4096  # gate states kept (least recently used dropped)
+_ADD_WAIT_S = 60.0  # how long the flush after an add waits for the add's outcome
 
 
 class MemoryMiddleware:
@@ -79,7 +82,8 @@ class MemoryMiddleware:
     degraded reply, are kept only when ``min_score`` is 0), ``deadline_s`` for recall,
     ``context`` / ``scopes`` / ``types`` narrow what is searched (the client's owner always
     bounds it), ``project`` is sent with recall and turns, ``gates`` tune the recall gates,
-    ``audit`` receives ``AuditEvent``s.
+    ``audit`` receives ``AuditEvent``s, ``flush_s`` bounds the flush after each add (None:
+    no flush).
     """
 
     def __init__(
@@ -98,11 +102,14 @@ class MemoryMiddleware:
         audit: Callable[[AuditEvent], object] | None = None,
         system_rule: str = MEMORY_RULE,
         clock: Callable[[], float] = time.monotonic,
+        flush_s: float | None = 8.0,
     ) -> None:
         if not 1 <= top_k <= 100:
             raise ValueError("top_k must be 1..100")
         if token_budget < 1 or deadline_s <= 0 or not 0.0 <= min_score <= 1.0:
             raise ValueError("token_budget >= 1, deadline_s > 0 and min_score in 0..1")
+        if flush_s is not None and flush_s <= 0:
+            raise ValueError("flush_s must be positive (or None: no flush)")
         # a configuration error fails here, at start, not as a recall failure on every turn
         for s in scopes:
             Scope(s)
@@ -112,7 +119,7 @@ class MemoryMiddleware:
             raise ValueError(f"context must be all, session or resources, not {context!r}")
         self.client = client
         self.top_k, self.token_budget, self.min_score = top_k, token_budget, min_score
-        self.deadline_s = deadline_s
+        self.deadline_s, self.flush_s = deadline_s, flush_s
         self.context, self.scopes, self.types = context, tuple(scopes), tuple(types)
         self.project = project
         self.gates = gates or GatePolicy()
@@ -159,6 +166,7 @@ class MemoryMiddleware:
             started_at=ctx.started_at,
             recalled=memories,
             recall_reason=decision.reason,
+            chat_id=ctx.chat_id,
         )
 
     async def _recall(
@@ -227,9 +235,10 @@ class MemoryMiddleware:
     # --- after the model call ---------------------------------------------------------------
 
     async def after_prompt(self, ctx: TurnContext, out: ModelOutput | str) -> None:
-        """Publish the current user input and the final answer (``wait=False``): returns at
-        once, never raises. Nothing is published for a run that did not complete normally,
-        for a non-final output (tool calls, no text), or a context without user input."""
+        """Publish the current user input and the final answer (``wait=False``), then, in
+        the background once the add succeeded, flush the session: returns at once, never
+        raises. Nothing is published for a run that did not complete normally, for a
+        non-final output (tool calls, no text), or a context without user input."""
         try:
             output = ModelOutput(out) if isinstance(out, str) else out
             prompt = ctx.user_input
@@ -248,6 +257,13 @@ class MemoryMiddleware:
                 {"role": "assistant", "content": output.content, "timestamp": answered_at},
             ]
             meta: dict[str, AuditValue] = {"message_count": 2, "kind": "turn"}
+            added: asyncio.Future[tuple[PublishResult | None, BaseException | None]]
+            added = asyncio.get_running_loop().create_future()
+
+            def settle(res: PublishResult | None, err: BaseException | None) -> None:
+                if not added.done():
+                    added.set_result((res, err))
+
             await self.client.publish_turn(
                 messages,
                 wait=False,
@@ -255,8 +271,9 @@ class MemoryMiddleware:
                 event_id=event_id,
                 project=self.project,
                 occurred_at=answered_at,
-                on_done=lambda res, err: self._published(ctx.session, res, err, meta),
+                on_done=settle,
             )
+            self._spawn(self._after_add(ctx.session, added, meta))
         except (ValidationError, ValueError, TypeError):
             self._emit(
                 "add_failed", ctx.session, operation="add", category="bad_request", kind="turn"
@@ -264,16 +281,21 @@ class MemoryMiddleware:
         except Exception:  # noqa: BLE001 (fail-open)
             self._emit("add_failed", ctx.session, operation="add", category="internal")
 
-    def _published(
+    async def _after_add(
         self,
         session: str,
-        result: PublishResult | None,
-        error: BaseException | None,
+        added: asyncio.Future[tuple[PublishResult | None, BaseException | None]],
         meta: Mapping[str, AuditValue],
     ) -> None:
-        if error is None and result is not None:
-            self._emit("add_succeeded", session, duplicate=result.duplicate, **meta)
-        else:
+        """Audit the add's outcome (the client retries it in the background), then flush the
+        session once if it succeeded."""
+        try:
+            # the client's retries (3 tries of publish_timeout) end well before this
+            async with asyncio.timeout(_ADD_WAIT_S):
+                result, error = await added
+        except TimeoutError as exc:
+            result, error = None, exc
+        if error is not None or result is None:
             self._emit(
                 "add_failed",
                 session,
@@ -281,6 +303,32 @@ class MemoryMiddleware:
                 category=_category(error) if error else "internal",
                 kind=str(meta.get("kind")),
             )
+            return
+        self._emit("add_succeeded", session, duplicate=result.duplicate, **meta)
+        if self.flush_s is not None:
+            await self._flush(session, self.flush_s)
+
+    async def _flush(self, session: str, within_s: float) -> None:
+        """One flush of ``session``, at most ``within_s`` (plus the last progress read):
+        ``flush_succeeded`` says whether it was ``flushed`` or still ``pending`` (as the
+        gateway's 200 and 202 do); a flush that could not be done is ``flush_failed``."""
+        failed: dict[str, AuditValue] = {"operation": "flush", "add_succeeded": True}
+        if self.client.closed:
+            self._emit("flush_failed", session, category="closed", **failed)
+            return
+        try:
+            # a progress read that hangs on a half-open connection must not outlive the bound
+            async with asyncio.timeout(within_s + 1.0):
+                done = await self.client.flush(session, within_s=within_s)
+        except TimeoutError:
+            self._emit("flush_failed", session, category="deadline", **failed)
+        except MemoryClientError as exc:
+            category = "closed" if self.client.closed else _category(exc)
+            self._emit("flush_failed", session, category=category, **failed)
+        except Exception:  # noqa: BLE001 (fail-open: a flush never reaches the agent)
+            self._emit("flush_failed", session, category="internal", **failed)
+        else:
+            self._emit("flush_succeeded", session, status="flushed" if done else "pending")
 
     # --- verified tool outcomes ---------------------------------------------------------------
 
@@ -289,9 +337,7 @@ class MemoryMiddleware:
         background (``drain`` waits for it). Unverified outcomes are not recorded."""
         if not outcome.verified or not outcome.summary.strip():
             return
-        task = asyncio.create_task(self._record(ctx.session, outcome))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        self._spawn(self._record(ctx.session, outcome))
 
     async def _record(self, session: str, outcome: ToolOutcome) -> None:
         try:
@@ -325,11 +371,17 @@ class MemoryMiddleware:
         self._emit("add_succeeded", session, kind=outcome.kind, message_count=1)
 
     async def drain(self, within_s: float = 10.0) -> None:
-        """Wait (bounded) for the middleware's background writes; for shutdown and tests."""
+        """Wait (bounded) for the middleware's background writes and flushes; call it before
+        closing the client (a flush still waiting then stops as ``closed``)."""
         if self._tasks:
             await asyncio.wait(set(self._tasks), timeout=within_s)
 
     # --- helpers --------------------------------------------------------------------------------
+
+    def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.create_task(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     def _remember_state(self, session: str, state: TopicState) -> None:
         self._states[session] = state

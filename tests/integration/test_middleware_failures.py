@@ -22,7 +22,8 @@ pytestmark = pytest.mark.integration
 
 async def test_unreachable_service_changes_nothing(running) -> None:
     """With NATS unreachable the run's result is the one of a run without memories, within
-    the recall deadline, and the failures are audited by category only."""
+    the recall deadline, the failures are audited by category only, and the failed add is
+    not flushed."""
     async with running.client("acme", user="gus") as healthy:
         _, baseline = await run_turn(MemoryMiddleware(healthy), "o1", [], "plan my week")
     audit = Audit()
@@ -39,6 +40,8 @@ async def test_unreachable_service_changes_nothing(running) -> None:
     assert failed.metadata["category"] in {"unavailable", "deadline"}
     (add_failed,) = await audit.wait("add_failed")
     assert add_failed.metadata == {"operation": "add", "category": "unavailable", "kind": "turn"}
+    await mw.drain()
+    assert audit.named("flush_succeeded") == audit.named("flush_failed") == []  # add failed
     assert "127.0.0.1" not in repr(audit.events) and "plan my week" not in repr(audit.events)
     await down.close()
 
@@ -96,3 +99,28 @@ async def test_audit_holds_no_key_and_a_failing_sink_is_ignored(running) -> None
         _, plain = await run_turn(MemoryMiddleware(mem), "k2", [], "hello caching")
         _, out = await run_turn(MemoryMiddleware(mem, audit=broken), "k3", [], "hello caching")
     assert out == plain
+
+
+async def test_a_flush_that_cannot_finish_never_fails_the_turn(running) -> None:
+    """With the workers stopped the add succeeds and the flush after it is bounded: audited
+    `pending` after `flush_s`; a client closed while a flush waits ends it as `closed`
+    (noting the add succeeded), without opening a new connection; the turn returns at once
+    with the result of a run without memory either way."""
+    async with running.client("acme", user="jon") as mem:
+        _, baseline = await run_turn(MemoryMiddleware(mem, flush_s=None), "q0", [], "plan it")
+        await running.worker.stop()
+        audit, closing = Audit(), Audit()
+        mw = MemoryMiddleware(mem, audit=audit, flush_s=0.3)
+        started = time.monotonic()
+        _, out = await run_turn(mw, "q1", [], "plan it")
+        assert time.monotonic() - started < 1.5 and out == baseline
+        (pending,) = await audit.wait("flush_succeeded")
+        assert pending.metadata == {"status": "pending"}
+        late = MemoryMiddleware(mem, audit=closing, flush_s=60)
+        _, out = await run_turn(late, "q2", [], "plan it")
+        assert out == baseline
+        await closing.wait("add_succeeded")
+    # a progress read in flight when the connection closed ends at its request timeout (5 s)
+    (failed,) = await closing.wait("flush_failed", seconds=10)
+    assert failed.metadata == {"operation": "flush", "add_succeeded": True, "category": "closed"}
+    assert mem.closed and mem._nc is None  # the flush did not connect again

@@ -131,3 +131,51 @@ async def test_verified_tool_outcome_becomes_a_fix(running) -> None:
     assert not any("Clearing the cache" in m.content for m in everything)
     kinds = sorted(str(e.metadata["kind"]) for e in audit.named("add_succeeded"))
     assert kinds == ["fix", "lesson_learned"]
+
+
+async def test_a_completed_turn_is_added_then_flushed_once(running) -> None:
+    """After a completed run the middleware flushes the turn's session once, after the add
+    succeeded (seed 000: add, then flush), in the background: the turn is recallable when
+    the flush is audited, without the agent waiting or flushing itself."""
+    audit = Audit()
+    async with running.client("acme", user="gil") as mem:
+        mw = MemoryMiddleware(mem, audit=audit)
+        ctx = TurnContext([ChatMessage("user", "our staging database is called heron")], "g1")
+        await mw.after_prompt(ctx, "Noted: the staging database is heron.")
+        (flushed,) = await audit.wait("flush_succeeded", seconds=30)
+        listed = await mem.list_memories(session="g1")
+        await mw.drain()
+    assert flushed.metadata == {"status": "flushed"} and flushed.session == "g1"
+    assert [e.name for e in audit.events] == ["add_succeeded", "flush_succeeded"]
+    assert any("heron" in m.content for m in listed.memories)
+
+
+async def test_a_chat_id_names_the_session_chat_id(running) -> None:
+    """A context given the host's chat id writes the turn to session chat:<id>, the session
+    seed 000 adds to and the gateway searches as current_chat; a session given explicitly
+    is kept as it is."""
+    audit = Audit()
+    async with running.client("acme", user="hob") as mem:
+        mw = MemoryMiddleware(mem, audit=audit, flush_s=None)
+        ctx = TurnContext(
+            [ChatMessage("user", "the release train leaves on thursdays")], chat_id="42"
+        )
+        ctx = await mw.before_prompt(ctx)
+        assert (ctx.session, ctx.chat_id) == ("chat:42", "42")
+        await mw.after_prompt(ctx, "Noted: releases on Thursdays.")
+        explicit = TurnContext([ChatMessage("user", "an old caller")], "legacy-1", chat_id="42")
+        assert explicit.session == "legacy-1"
+        assert TurnContext([ChatMessage("user", "none given")]).session == "default"
+        await audit.wait("add_succeeded")
+        await mw.drain()
+    assert audit.named("flush_succeeded") == []  # flush_s=None: no flush
+    subjects = Subjects(running.settings.namespace)
+    nc = await nats.connect(running.nats_url)
+    try:
+        raw = await nc.jetstream().get_last_msg(
+            subjects.stream("turns"), subjects.turns("acme", "hob", "chat:42")
+        )
+    finally:
+        await nc.close()
+    assert raw.data is not None
+    assert TurnEvent.model_validate_json(raw.data).session == "chat:42"
