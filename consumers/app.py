@@ -42,7 +42,13 @@ from memstream.consumers.natsconn import (
     reconnect_forever,
 )
 from memstream.consumers.quietgc import quieter_gc
-from memstream.consumers.recall import TOUCH_STOP_S, IndexBusy, RecallService, error_reply
+from memstream.consumers.recall import (
+    TOUCH_STOP_S,
+    IndexBusy,
+    RecallService,
+    error_reply,
+    record_read,
+)
 from memstream.consumers.runner import StageRunner
 from memstream.consumers.services import Services
 from memstream.consumers.stages import STAGE_WORK, Deps
@@ -315,13 +321,13 @@ class Worker(Maintenance):
         if refusal is not None:
             recall.failed += 1
             return error_reply(ErrorCode.UNAUTHORIZED, refusal)
-        cache = self.deps.cache if req.cache else None
+        cache = self.deps.cache if req.cache and req.activity is None else None
         key = cache.key(req) if cache is not None else ""
         if cache is not None and (cached := await cache.get(key)) is not None:
             recall.served += 1
             return cached
         try:
-            reply = await recall.recall(req)
+            reply = await recall.recall(req, touch=req.touch)
         except PermanentError as exc:
             recall.failed += 1
             return error_reply(ErrorCode.BAD_REQUEST, f"recall was refused: {exc}")
@@ -333,6 +339,8 @@ class Worker(Maintenance):
             log.exception("recall.error", tenant=req.tenant)
             return error_reply(ErrorCode.INTERNAL, "recall failed inside the server")
         recall.served += 1
+        if req.activity is not None:  # after the answer: Postgres away must not hold it
+            self._spawn(record_read(self.deps.pg, req.activity, req, reply.hits))
         if cache is not None and not reply.degraded:
             self._spawn(cache.put(key, reply))
         return reply.model_dump_json().encode()

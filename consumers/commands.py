@@ -22,7 +22,7 @@ from memstream.consumers.command_facts import FactCommands
 from memstream.consumers.dlq import belongs_to, dead_letters, stored
 from memstream.consumers.logs import log
 from memstream.consumers.offload import offload
-from memstream.consumers.recall import RecallService, error_reply
+from memstream.consumers.recall import RecallService, error_reply, record_read
 from memstream.consumers.remember import remember as apply_remember
 from memstream.consumers.stages import Deps, _redact_candidate
 from memstream.pipeline import dedupe
@@ -341,14 +341,19 @@ class CommandService(FactCommands):
         return await self._memory(r, False)
 
     async def peer_query(self, r: PeerQueryRequest) -> Reply:
-        """Read one named agent's memories; never counts as an access."""
+        """Read one named agent's memories; never counts as an access, and is recorded in
+        the audit trail (``peer_memory_query``: caller, target, ids read)."""
         if not r.target_agent:
             raise NotFound("peer_query needs target_agent")
         req = RecallRequest(
             tenant=r.tenant, agent=r.target_agent, query=r.query, top_k=r.top_k, types=r.types
         )
         flt = OwnerFilter(tenant=r.tenant, agent=r.target_agent, peer=True)
-        return Reply(recall=await self.recall.recall(req, touch=False, owner=flt))
+        found = await self.recall.recall(req, touch=False, owner=flt)
+        await record_read(
+            self.deps.pg, "peer_memory_query", r, found.hits, target_agent=r.target_agent
+        )
+        return Reply(recall=found)
 
     async def peer_query_any(self, r: PeerQueryRequest) -> Reply:
         """Read every agent's memories except the caller's; never counts as an access."""

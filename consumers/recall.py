@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+import uuid
 from collections import deque
 from collections.abc import Awaitable, Mapping
 from typing import Any, TypeVar
@@ -36,8 +37,8 @@ from memstream.schemas.errors import (
     StorageUnavailable,
 )
 from memstream.schemas.memory import Scope
-from memstream.schemas.recall import Context, Hit, Method, RecallReply, RecallRequest
-from memstream.storage.pgports import MemoryReads
+from memstream.schemas.recall import Caller, Context, Hit, Method, RecallReply, RecallRequest
+from memstream.storage.pgports import Audit, MemoryReads
 from memstream.storage.ports import Hit as ScoredId
 from memstream.storage.ports import VectorFilter, visible
 from memstream.storage.postgres import OwnerFilter
@@ -52,6 +53,20 @@ FETCH_MARGIN = 2  # records read beyond top_k at first; more pages only if colla
 
 def error_reply(code: ErrorCode, message: str) -> bytes:
     return ErrorReply(error=ErrorInfo(code=code, message=message)).model_dump_json().encode()
+
+
+async def record_read(
+    audit: Audit, kind: str, caller: Caller, hits: list[Hit], **detail: Any
+) -> None:
+    """One audit row for a read (seed 004's activity log): who read which memories, never
+    the query. Best effort, as the access counts are: Postgres away loses the row, not the
+    answer, which the index gave."""
+    ids = [h.id for h in hits]
+    row = {"user": caller.user, "agent": caller.agent, "memory_ids": ids, **detail}
+    try:
+        await audit.record_event(caller.tenant, None, kind, uuid.uuid4().hex, row)
+    except MemstreamError as exc:
+        log.warning("recall.read_not_recorded", kind=kind, error=type(exc).__name__)
 
 
 def owner_filter(req: RecallRequest, owner: OwnerFilter | None = None) -> OwnerFilter:

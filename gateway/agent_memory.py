@@ -8,8 +8,11 @@ structured metadata (its strings are redacted like the content).
 - ``commit``: exact duplicates (same agent, type and normalised content) are one memory;
   near duplicates are the agent's memories of the same tier whose embedding cosine is >= 0.9
   (the seed's Voyage distance < 0.2, on memstream's static embedding): the existing memory
-  is kept and returned with ``duplicate_detected: true``.
-- ``query`` (limit <= 20) counts an access on every result. Its composite score is the seed's
+  is kept, returned with ``duplicate_detected: true`` and given the commit's task_context (the
+  seed's UPDATE). The duplicate check counts no access: it is no read by the agent.
+- ``query`` (limit <= 20) counts an access on every result and is recorded in the audit trail
+  (``agent_memory_query``; a peer read is ``peer_memory_query``, recorded by the worker's
+  ``peer_query``). Its composite score is the seed's
   ``relevance * 0.625 + access_frequency * 0.25 + outcome * 0.125``, where relevance is
   memstream's fused hybrid score (the seed's normalised RRF: memstream fuses the keyword and
   dense legs linearly, which ranks better than RRF on LoCoMo: docs/recall.md), access_frequency is
@@ -18,7 +21,8 @@ structured metadata (its strings are redacted like the content).
 - ``list`` (limit <= 100, offset): newest first, no scoring.
 - ``peer-query`` (limit <= 10): a literal ``target_agent``, read-only: no access counted, and
   results carry no access counts.
-- ``pending-review?since={"agent": "ISO time", ...}``: memories created per agent since then.
+- ``pending-review?since={"agent": "ISO time", ...}``: memories created per agent since then;
+  a time that is not ISO-8601 (Unix seconds, a date alone) is 422.
 
 Limits above the maximum get 422.
 """
@@ -28,16 +32,25 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+import re
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal, get_args
 
 from fastapi import APIRouter, Query
-from pydantic import BaseModel, Field, StringConstraints, TypeAdapter, ValidationError
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    Field,
+    StringConstraints,
+    TypeAdapter,
+    ValidationError,
+)
+from pydantic_core import PydanticCustomError
 
 from memstream.gateway.errors import ApiError, ErrorBody
 from memstream.gateway.identity import BearerIdentity, Root
 from memstream.gateway.models import Body, Id
-from memstream.producers.client import MemoryClient
+from memstream.producers.client import CommandError, MemoryClient
 from memstream.producers.errors import RecallError
 from memstream.schemas.errors import ErrorCode, describe
 from memstream.schemas.memory import MemoryRecord, MemoryType, Scope
@@ -162,42 +175,82 @@ def composite(relevance: float, access_count: int, outcome: str | None) -> float
     return relevance * 0.625 + frequency * 0.25 + OUTCOME.get(outcome or "", 0.0) * 0.125
 
 
-@router.post("/commit", response_model=CommitResponse, responses=ERRORS)
-async def commit(req: CommitRequest, ident: BearerIdentity, root: Root) -> CommitResponse:
-    """Store a learning of the agent (seed 004), deduplicated against its own memories."""
-    mem = ident.client(root, agent=req.agent_name)
-    tier = MemoryType(req.memory_type)
+async def commit_learning(
+    mem: MemoryClient, content: str, tier: MemoryType, task_context: TaskContext | None
+) -> CommitResponse:
+    """Store a learning of ``mem``'s owner, deduplicated against its own memories of the
+    tier; a duplicate takes the commit's task context (the seed's UPDATE). The HTTP route and
+    the MCP tool both commit through here."""
+    meta: dict[str, Any] = {}
+    if task_context is not None:
+        meta["task_context"] = task_context.model_dump(exclude_none=True)
+        meta["outcome"] = task_context.outcome
+    near = await _near_duplicate(mem, content, tier)
+    if near is not None and await _refresh(mem, near, meta):
+        return CommitResponse(memory_id=near, duplicate_detected=True)
+    reply = await mem.command(
+        "remember", content=content, type=tier, scope=Scope.USER, metadata=meta
+    )
+    if reply.memory is None:
+        raise ApiError(500, "internal", "the memory was not returned")
+    duplicate = bool(reply.detail.get("duplicate"))
+    if duplicate:
+        await _refresh(mem, reply.memory, meta)
+    return CommitResponse(memory_id=reply.memory.id, duplicate_detected=duplicate)
+
+
+async def _near_duplicate(mem: MemoryClient, content: str, tier: MemoryType) -> str | None:
+    """The owner's own memory of this tier that the content duplicates, if any. The search
+    is no read by the agent: it counts no access (``touch``)."""
     try:
         near = await mem.recall(
-            req.content[:10_000], top_k=5, method=Method.VECTOR, types=[tier], cache=False
+            content[:10_000],
+            top_k=5,
+            method=Method.VECTOR,
+            types=[tier],
+            cache=False,
+            touch=False,
         )
-        hits = near.hits
     except RecallError as exc:
         if exc.code not in (ErrorCode.UNAVAILABLE, ErrorCode.TIMEOUT):
             raise
         # the vector index away or slow: the learning is stored without this check (the
         # seed's "commit still proceeds, dedup is skipped"); remember's own exact and
         # near-duplicate checks still run, and the reconciler indexes it later
-        hits = []
-    for h in hits:
+        return None
+    for h in near.hits:
         # only a memory of this very owner and scope is this learning already: one shared
         # by another owner (a user with the same agent) is not the agent's to hold it, and
         # one of a session or run would expire with it
         own = (h.user, h.agent) == (mem.user, mem.agent) and h.scope is Scope.USER
         if own and (h.calibrated or 0.0) >= NEAR_DUPLICATE_COSINE:
-            return CommitResponse(memory_id=h.id, duplicate_detected=True)
-    meta: dict[str, Any] = {}
-    if req.task_context is not None:
-        meta["task_context"] = req.task_context.model_dump(exclude_none=True)
-        meta["outcome"] = req.task_context.outcome
-    reply = await mem.command(
-        "remember", content=req.content, type=tier, scope=Scope.USER, metadata=meta
-    )
-    if reply.memory is None:
-        raise ApiError(500, "internal", "the memory was not returned")
-    return CommitResponse(
-        memory_id=reply.memory.id, duplicate_detected=bool(reply.detail.get("duplicate"))
-    )
+            return h.id
+    return None
+
+
+async def _refresh(mem: MemoryClient, found: str | MemoryRecord, meta: dict[str, Any]) -> bool:
+    """Give the duplicate ``found`` the commit's task context (a commit without one leaves
+    the stored one). Idempotent: a duplicate that holds it already is not written. Only the
+    owner's own memory: the worker's ``update`` acts within ``mem``'s owner alone, so another
+    owner's memory is never changed. False when the memory is gone (forgotten since the
+    search) or is not the owner's."""
+    try:
+        m = await mem.get(found) if isinstance(found, str) else found
+        if not meta or all(m.metadata.get(k) == v for k, v in meta.items()):
+            return True
+        await mem.command("update", id=m.id, content=m.content, metadata={**m.metadata, **meta})
+    except CommandError as exc:
+        if exc.code is not ErrorCode.NOT_FOUND:
+            raise
+        return False
+    return True
+
+
+@router.post("/commit", response_model=CommitResponse, responses=ERRORS)
+async def commit(req: CommitRequest, ident: BearerIdentity, root: Root) -> CommitResponse:
+    """Store a learning of the agent (seed 004), deduplicated against its own memories."""
+    mem = ident.client(root, agent=req.agent_name)
+    return await commit_learning(mem, req.content, MemoryType(req.memory_type), req.task_context)
 
 
 @router.post("/query", response_model=QueryResponse, responses=ERRORS)
@@ -205,8 +258,11 @@ async def query(req: QueryRequest, ident: BearerIdentity, root: Root) -> QueryRe
     """The agent's own memories for a query, by composite score; counts an access on each."""
     mem = ident.client(root, agent=req.agent_name)
     types = [MemoryType(req.memory_type)] if req.memory_type else TIERS
-    # no shared cache: a cached answer would count no access
-    reply = await mem.recall(req.query, top_k=req.limit, types=types, cache=False)
+    # no shared cache: a cached answer would count no access; the worker records the read
+    # in the audit trail (the seed's agent_memory_query activity)
+    reply = await mem.recall(
+        req.query, top_k=req.limit, types=types, cache=False, activity="agent_memory_query"
+    )
     own = [h for h in reply.hits if (h.user, h.agent) == (mem.user, mem.agent)]
     records = await asyncio.gather(*(mem.get(h.id) for h in own))
     out = []
@@ -261,9 +317,23 @@ async def peer_query(req: PeerQueryRequest, ident: BearerIdentity, root: Root) -
     )
 
 
-_SINCE = TypeAdapter(
-    dict[Annotated[str, StringConstraints(min_length=1, max_length=200)], datetime]
+# an ISO-8601 date and time, extended format (the seed's ISO-datetime): pydantic alone also
+# reads Unix seconds ("1700000000") and a date alone as times, which a client meant otherwise
+_ISO_TIME = re.compile(
+    r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}(:\d{2}(\.\d{1,9})?)?(Z|[+-]\d{2}:?\d{2})?", re.IGNORECASE
 )
+
+
+def _iso_time(value: Any) -> Any:
+    if not (isinstance(value, str) and _ISO_TIME.fullmatch(value)):
+        raise PydanticCustomError(
+            "iso_time", "not an ISO-8601 date and time, e.g. 2026-07-04T12:00:00Z"
+        )
+    return value
+
+
+IsoTime = Annotated[datetime, BeforeValidator(_iso_time)]
+_SINCE = TypeAdapter(dict[Annotated[str, StringConstraints(min_length=1, max_length=200)], IsoTime])
 
 
 @router.get("/pending-review", response_model=PendingResponse, responses=ERRORS)

@@ -1,5 +1,6 @@
 """The MCP tools: memstream's memory as tools an MCP client can call (add, search, list, get,
-forget, pin, and facts that change over time), built on the official ``mcp`` SDK (2.x,
+forget, pin, facts that change over time, and seed 004's agent-memory commit), built on the
+official ``mcp`` SDK (2.x,
 ``MCPServer``); ``mcp_server.py`` serves them over stdio and Streamable HTTP.
 
 Separate from the transports because a tool never learns how its caller was identified: it
@@ -19,8 +20,9 @@ from mcp.types import ToolAnnotations
 from pydantic import BaseModel, Field, StringConstraints, ValidationError
 
 from memstream.gateway import filters as flt
-from memstream.gateway.errors import ApiError, from_service
-from memstream.gateway.models import has_nul
+from memstream.gateway.agent_memory import TaskContext, Tier, commit_learning
+from memstream.gateway.errors import ApiError, forbidden, from_service
+from memstream.gateway.models import Id, has_nul
 from memstream.producers.client import MemoryClient, MemoryClientError
 from memstream.producers.progress import wait_processed
 from memstream.schemas.errors import describe
@@ -268,5 +270,38 @@ def build_server(resolve: Resolve, flush_timeout_s: float = 30.0) -> MCPServer:
         except MemoryClientError as exc:
             raise _tool_error(exc) from None
         return {"note": REFERENCE_NOTE, "versions": [_record(m) for m in chain]}
+
+    @server.tool(
+        description=(
+            "Commit a learning of this agent after a task (its private agent memory): "
+            "`memory_type` is its tier (task_blueprint, skill_heuristic, domain_pattern or "
+            "lesson_learned), `task_context` optionally the task, skills used and outcome. A "
+            "learning the agent holds already is not stored twice: the reply names it with "
+            "duplicate_detected true, and it takes this task_context. Needs a caller bound to "
+            "an agent; `agent_name`, when given, must be that agent."
+        ),
+        annotations=ToolAnnotations(idempotentHint=True),
+    )
+    async def commit_agent_memory(
+        ctx: Context,
+        content: Text,
+        memory_type: Tier,
+        task_context: TaskContext | None = None,
+        agent_name: Id | None = None,
+    ) -> dict[str, Any]:
+        if has_nul(content):  # task_context is a request body: it refuses NUL itself
+            raise ToolError("validation_error: text must not contain NUL characters")
+        mem = await owner(ctx)
+        # the agent is the caller's own (its key's or its configuration's), as on the HTTP
+        # route; a caller without one has no agent memory, and an argument never names one
+        if mem.agent is None:
+            raise _tool_error(forbidden("agent memory needs a key bound to an agent (or --agent)"))
+        if agent_name is not None and agent_name != mem.agent:
+            raise _tool_error(forbidden("the key is bound to another agent"))
+        try:
+            done = await commit_learning(mem, content, MemoryType(memory_type), task_context)
+        except (MemoryClientError, ApiError) as exc:
+            raise _tool_error(exc) from None
+        return done.model_dump()
 
     return server

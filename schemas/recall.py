@@ -68,6 +68,13 @@ class RecallRequest(Caller):
     score_threshold: Annotated[float, Field(ge=0.0, le=1.0)] = 0.0  # the "radius"
     token_budget: Annotated[int, Field(ge=1)] | None = None  # trim hits to fit ~this many tokens
     cache: bool = True  # use the shared query cache
+    # count an access on the caller's own hits: a search that is no read by the caller (a
+    # commit's duplicate check) must not rank those memories up as if they were used
+    touch: bool = True
+    # record this read in the tenant's audit trail (``memory_events``) under this kind, with
+    # the caller and the ids returned, never the query; an audited read skips the cache (a
+    # cached answer would record nothing)
+    activity: Literal["agent_memory_query"] | None = None
 
     @model_validator(mode="after")
     def _owner(self) -> RecallRequest:

@@ -28,6 +28,7 @@ TOOLS = {
     "pin_memory",
     "fact_put",
     "fact_history",
+    "commit_agent_memory",
 }
 MEMSTREAM = str(Path(sys.executable).parent / "memstream")
 
@@ -240,3 +241,55 @@ async def test_memstream_mcp_identity_from_arguments(gateway, tenant) -> None:
     )
     _, err = await asyncio.wait_for(proc.communicate(), 60)
     assert proc.returncode == 2 and b"a user or agent" in err
+
+
+async def test_mcp_commits_agent_memory_as_the_key_s_agent(gateway, tenant) -> None:
+    """commit_agent_memory (seed 004's commit as an MCP tool; there was none): over /mcp an
+    agent's key commits its learning with a nested task_context, a second commit is the same
+    memory with duplicate_detected and takes the new context, and the HTTP route lists it;
+    another agent_name, a user-only key and a tier that is not one are refused; over stdio
+    the configured agent commits."""
+    from memstream.storage.postgres import OwnerFilter
+
+    tc = {"task_description": "ship the api", "skills_used": ["helm"], "outcome": "success"}
+    text = (
+        "Helm upgrades with --atomic roll back by themselves when a hook fails, so a failed "
+        "release never stays half applied in the cluster and the next upgrade starts clean"
+    )
+    scout = await gateway.key(tenant, agent="scout")
+    async with http_client(gateway, scout) as client:
+        args = {"content": text, "memory_type": "lesson_learned", "task_context": tc}
+        first = await call(client, "commit_agent_memory", agent_name="scout", **args)
+        assert first["duplicate_detected"] is False
+        failed = {**tc, "outcome": "failed"}
+        again = await call(client, "commit_agent_memory", **{**args, "task_context": failed})
+        assert again == {"memory_id": first["memory_id"], "duplicate_detected": True}
+        res = await client.call_tool("commit_agent_memory", {**args, "agent_name": "builder"})
+        assert res.is_error and "forbidden" in res.content[0].text
+        res = await client.call_tool("commit_agent_memory", {**args, "memory_type": "fact"})
+        assert res.is_error
+    r = await gateway.http.post(
+        "/api/agent-memory/list",
+        json={"agent_name": "scout"},
+        headers={"Authorization": f"Bearer {scout}"},
+    )
+    listed = r.json()["memories"]
+    assert [(m["memory_id"], m["task_context"]) for m in listed] == [(first["memory_id"], failed)]
+
+    async with http_client(gateway, await gateway.key(tenant, user="ivy")) as client:
+        res = await client.call_tool("commit_agent_memory", args)
+        assert res.is_error and "bound to an agent" in res.content[0].text
+
+    env = {
+        "MEMSTREAM_NATS_URL": gateway.running.nats_url,
+        "MEMSTREAM_NAMESPACE": gateway.running.settings.namespace,
+    }
+    cmd = ["mcp", "--tenant", tenant, "--agent", "builder"]
+    async with Client(StdioServerParameters(command=MEMSTREAM, args=cmd, env=env)) as client:
+        built = await call(
+            client, "commit_agent_memory", content=text, memory_type="task_blueprint"
+        )
+    m = await gateway.running.pg.get(
+        OwnerFilter(tenant=tenant, agent="builder"), built["memory_id"]
+    )
+    assert m is not None and (m.user, m.agent, m.type.value) == (None, "builder", "task_blueprint")

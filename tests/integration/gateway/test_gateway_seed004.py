@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from datetime import UTC, datetime, timedelta
 
@@ -134,6 +135,26 @@ async def test_pending_review_rejects_bad_since(gateway, tenant) -> None:
         assert r.status_code == 422 and r.json()["code"] == "validation_error"
 
 
+async def test_pending_review_takes_iso_times_only(gateway, tenant) -> None:
+    """since's times are ISO-8601 dates and times: Unix seconds (as a string or a number), a
+    date alone or a space for the T are 422 saying so (pydantic read them as times), while
+    Z, an offset or no zone are counted."""
+    key = await gateway.key(tenant, agent="scout")
+    for bad in ("1700000000", 1700000000, "2026-07-04", "2026-07-04 12:00:00", "1700000000.5"):
+        since = json.dumps({"scout": bad})
+        r = await gateway.http.get(
+            "/api/agent-memory/pending-review", params={"since": since}, headers=auth(key)
+        )
+        assert r.status_code == 422 and r.json()["code"] == "validation_error", (bad, r.text)
+        assert "ISO-8601" in r.json()["message"], r.text
+    for good in ("2026-07-04T12:00:00Z", "2026-07-04T12:00:00.123+02:00", "2026-07-04T12:00"):
+        since = json.dumps({"scout": good})
+        r = await gateway.http.get(
+            "/api/agent-memory/pending-review", params={"since": since}, headers=auth(key)
+        )
+        assert r.status_code == 200 and r.json()["counts"] == {"scout": 0}, (good, r.text)
+
+
 async def test_agent_bound_key_cannot_act_as_another_agent(gateway, tenant) -> None:
     """A key bound to agent A cannot commit or query as agent B (403), nor without a key (401)."""
     key = await gateway.key(tenant, agent="a")
@@ -262,3 +283,131 @@ async def test_a_commit_goes_through_while_the_vector_index_is_away(gateway, ten
         again = await gateway.http.post("/api/agent-memory/commit", json=body, headers=auth(scout))
     assert again.status_code == 200, again.text
     assert again.json() == {"memory_id": r.json()["memory_id"], "duplicate_detected": True}
+
+
+async def test_a_duplicate_commit_takes_the_new_task_context(gateway, tenant) -> None:
+    """A commit that duplicates a learning updates its task_context (the seed's UPDATE; it
+    kept the first one): found by the near-duplicate search, and by remember's exact check
+    with the index away; the same context again writes nothing (one "updated" audit row),
+    a commit without one keeps it, and another owner's copy is never changed."""
+    from memstream.schemas.memory import MemoryType
+
+    run = gateway.running
+    scout = await gateway.key(tenant, agent="scout")
+    alice_scout = await gateway.key(tenant, user="alice", agent="scout")
+    text = (
+        "Drain the node before upgrading the kubelet on a production cluster: cordon it, "
+        "evict the pods with their disruption budgets respected, wait until the daemonsets "
+        "settle, upgrade, then uncordon it and watch the node's conditions for ten minutes"
+    )
+    async with run.client(tenant, user="alice", agent="scout", api_key=alice_scout) as sdk:
+        hers = await sdk.command(
+            "remember",
+            content=text,
+            type=MemoryType.LESSON_LEARNED,
+            metadata={"task_context": TC, "outcome": "success"},
+        )
+    assert hers.memory is not None
+    body = {"agent_name": "scout", "content": text, "memory_type": "lesson_learned"}
+    commit = {**body, "task_context": TC}
+    first = await gateway.http.post("/api/agent-memory/commit", json=commit, headers=auth(scout))
+    assert first.status_code == 200 and first.json()["duplicate_detected"] is False, first.text
+    mid = first.json()["memory_id"]
+    assert mid != hers.memory.id
+    failed = {**TC, "task_description": "upgrade the kubelet", "outcome": "failed"}
+
+    async def stored_context() -> dict[str, object] | None:
+        r = await gateway.http.post(
+            "/api/agent-memory/list", json={"agent_name": "scout"}, headers=auth(scout)
+        )
+        (m,) = r.json()["memories"]
+        assert m["memory_id"] == mid and m["content"] == text
+        tc: dict[str, object] | None = m["task_context"]
+        return tc
+
+    for _ in range(2):  # the second one finds the context stored already
+        r = await gateway.http.post(
+            "/api/agent-memory/commit", json={**body, "task_context": failed}, headers=auth(scout)
+        )
+        assert r.json() == {"memory_id": mid, "duplicate_detected": True}, r.text
+        assert await stored_context() == failed
+    updated = [e for e in await run.pg.events_for(tenant, mid) if e["kind"] == "updated"]
+    assert len(updated) == 1, updated
+    r = await gateway.http.post("/api/agent-memory/commit", json=body, headers=auth(scout))
+    assert r.json() == {"memory_id": mid, "duplicate_detected": True}, r.text
+    assert await stored_context() == failed
+
+    async with run.index_away():
+        r = await gateway.http.post("/api/agent-memory/commit", json=commit, headers=auth(scout))
+    assert r.json() == {"memory_id": mid, "duplicate_detected": True}, r.text
+    assert await stored_context() == TC
+
+    async with run.client(tenant, user="alice", agent="scout", api_key=alice_scout) as sdk:
+        assert (await sdk.get(hers.memory.id)).metadata["task_context"] == TC
+
+
+async def test_a_commit_s_duplicate_check_counts_no_access(gateway, tenant) -> None:
+    """The near-duplicate search of a commit is no read by the agent: committing a learning
+    again leaves its access_count at 0 (it counted one per commit); a query still counts."""
+    from memstream.storage.postgres import OwnerFilter
+
+    run = gateway.running
+    scout = await gateway.key(tenant, agent="scout")
+    body = {
+        "agent_name": "scout",
+        "content": "Canary deploys catch config drift before the full rollout",
+        "memory_type": "skill_heuristic",
+    }
+    first = await gateway.http.post("/api/agent-memory/commit", json=body, headers=auth(scout))
+    mid = first.json()["memory_id"]
+    for _ in range(2):
+        r = await gateway.http.post("/api/agent-memory/commit", json=body, headers=auth(scout))
+        assert r.json() == {"memory_id": mid, "duplicate_detected": True}, r.text
+    await run.worker.recall.flush_touches()
+    owner = OwnerFilter(tenant=tenant, agent="scout")
+    m = await run.pg.get(owner, mid)
+    assert m is not None and m.access_count == 0
+    q = {"agent_name": "scout", "query": "canary deploys config drift"}
+    r = await gateway.http.post("/api/agent-memory/query", json=q, headers=auth(scout))
+    assert [x["memory_id"] for x in r.json()["memories"]] == [mid], r.text
+    await run.worker.recall.flush_touches()
+    m = await run.pg.get(owner, mid)
+    assert m is not None and m.access_count == 1
+
+
+async def test_queries_and_peer_reads_are_in_the_activity_log(gateway, tenant) -> None:
+    """A query is recorded in the audit trail as agent_memory_query, a peer read as
+    peer_memory_query (neither was recorded): who read, which memories, never the query."""
+    run = gateway.running
+    scout = await gateway.key(tenant, agent="scout")
+    builder = await gateway.key(tenant, agent="builder")
+    body = {
+        "agent_name": "scout",
+        "content": "Blue-green switches need the health check to pass on the idle colour",
+        "memory_type": "domain_pattern",
+    }
+    mid = (
+        await gateway.http.post("/api/agent-memory/commit", json=body, headers=auth(scout))
+    ).json()["memory_id"]
+    q = {"agent_name": "scout", "query": "blue green health check secret-words-q1"}
+    r = await gateway.http.post("/api/agent-memory/query", json=q, headers=auth(scout))
+    assert [m["memory_id"] for m in r.json()["memories"]] == [mid], r.text
+    pq = {"target_agent": "scout", "query": "blue green idle colour secret-words-q2"}
+    r = await gateway.http.post("/api/agent-memory/peer-query", json=pq, headers=auth(builder))
+    assert [m["memory_id"] for m in r.json()["memories"]] == [mid], r.text
+    wanted = {"agent_memory_query", "peer_memory_query"}
+    for _ in range(100):  # a query's row is written after its answer went out
+        events = {e["kind"]: e for e in await run.pg.events_for(tenant)}
+        if wanted <= set(events):
+            break
+        await asyncio.sleep(0.05)
+    own, peer = events["agent_memory_query"], events["peer_memory_query"]
+    assert own["memory_id"] is None and peer["memory_id"] is None
+    assert own["detail"] == {"user": None, "agent": "scout", "memory_ids": [mid]}
+    assert peer["detail"] == {
+        "user": None,
+        "agent": "builder",
+        "target_agent": "scout",
+        "memory_ids": [mid],
+    }
+    assert "secret-words" not in json.dumps([own, peer], default=str)
