@@ -137,12 +137,16 @@ class TurnContext:
 @dataclass(frozen=True)
 class ModelOutput:
     """What the model run returned. ``completed=False`` marks a run that ended on its error
-    path: not persisted. An output with tool calls and no text is not a final answer."""
+    path: not persisted. An output with tool calls is a step of the tool loop, not its
+    answer, unless the host says ``final=True``: the answer it returns to the user although
+    the model's last reply also asked for tools (seed 000's tool-limit fallback). Its text is
+    persisted then; the tool calls never are."""
 
     content: str
     tool_calls: tuple[Mapping[str, Any], ...] = ()
     reasoning: str | None = None
     completed: bool = True
+    final: bool = False
 
 
 @dataclass(frozen=True)

@@ -238,11 +238,13 @@ class MemoryMiddleware:
         """Publish the current user input and the final answer (``wait=False``), then, in
         the background once the add succeeded, flush the session: returns at once, never
         raises. Nothing is published for a run that did not complete normally, for a
-        non-final output (tool calls, no text), or a context without user input."""
+        non-final output (tool calls, unless ``final``; no text), or a context without user
+        input."""
         try:
             output = ModelOutput(out) if isinstance(out, str) else out
             prompt = ctx.user_input
-            if not output.completed or output.tool_calls or not output.content.strip():
+            intermediate = bool(output.tool_calls) and not output.final
+            if not output.completed or intermediate or not output.content.strip():
                 return
             if prompt is None or not prompt.strip():
                 return

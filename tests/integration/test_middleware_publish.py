@@ -6,6 +6,7 @@ function."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import nats
 import pytest
@@ -100,6 +101,39 @@ async def test_runs_that_did_not_complete_are_not_published(running) -> None:
         listed = await mem.list_memories()
     assert [m.content for m in listed.memories if "partial" in m.content] == []
     assert len(audit.named("add_succeeded")) == 1 and audit.named("add_failed") == []
+
+
+async def test_a_final_answer_that_also_asks_for_tools_is_published_without_them(
+    running,
+) -> None:
+    """The host's answer at its tool limit (text, and the tool calls the model still asked
+    for) marked ``final=True`` is published as the turn's answer, its tool calls left out; the
+    same output not marked final is a tool-loop step and publishes nothing."""
+    audit = Audit()
+    calls = ({"id": "c9", "name": "search", "args": "TOOL-CALL-77"},)
+    async with running.client("acme", user="gil") as mem:
+        mw = MemoryMiddleware(mem, audit=audit, flush_s=None)
+        ctx = TurnContext([ChatMessage("user", "which port does billing listen on?")], "g1")
+        await mw.after_prompt(ctx, ModelOutput("Let me look that up.", tool_calls=calls))
+        answer = ModelOutput("I hit my tool limit: billing listens on 8443.", tool_calls=calls)
+        await mw.after_prompt(ctx, replace(answer, final=True))
+        await audit.wait("add_succeeded")
+        await mw.drain()
+    subjects = Subjects(running.settings.namespace)
+    nc = await nats.connect(running.nats_url)
+    try:
+        raw = await nc.jetstream().get_last_msg(
+            subjects.stream("turns"), subjects.turns("acme", "gil", "g1")
+        )
+    finally:
+        await nc.close()
+    assert raw.data is not None and b"TOOL-CALL-77" not in raw.data
+    turn = TurnEvent.model_validate_json(raw.data)
+    assert [m.content for m in turn.messages] == [
+        "which port does billing listen on?",
+        "I hit my tool limit: billing listens on 8443.",
+    ]
+    assert len(audit.named("add_succeeded")) == 1
 
 
 async def test_verified_tool_outcome_becomes_a_fix(running) -> None:
