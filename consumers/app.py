@@ -55,7 +55,7 @@ from memstream.consumers.stages import STAGE_WORK, Deps
 from memstream.producers.connection import display_url, let_go, servers
 from memstream.schemas.commands import VERBS
 from memstream.schemas.errors import ErrorCode, MemstreamError, PermanentError, describe
-from memstream.schemas.recall import RecallRequest
+from memstream.schemas.recall import RecallReply, RecallRequest
 from memstream.schemas.subjects import STAGES, Subjects
 from memstream.storage.ports import VectorIndex
 
@@ -321,10 +321,13 @@ class Worker(Maintenance):
         if refusal is not None:
             recall.failed += 1
             return error_reply(ErrorCode.UNAUTHORIZED, refusal)
-        cache = self.deps.cache if req.cache and req.activity is None else None
+        cache = self.deps.cache if req.cache else None
         key = cache.key(req) if cache is not None else ""
         if cache is not None and (cached := await cache.get(key)) is not None:
             recall.served += 1
+            if req.activity is not None:  # a cached answer is a read too: its hits' ids
+                hits = RecallReply.model_validate_json(cached).hits
+                self._spawn(record_read(self.deps.pg, req.activity, req, hits))
             return cached
         try:
             reply = await recall.recall(req, touch=req.touch)

@@ -251,7 +251,9 @@ async def recall(
     """Memories and facts that match ``query`` (seed 002)."""
     mem = _client(root, ident, client_id)
     wanted = _scopes(scopes)
-    reply = await mem.recall(query, top_k=k, scopes=wanted)
+    # seed 002: every memory operation is in the events table, a recall too (the workers
+    # write the row, for an answer from the cache as well)
+    reply = await mem.recall(query, top_k=k, scopes=wanted, activity="memory_recall")
     results = [
         RecallResult(
             id=h.id,

@@ -72,9 +72,8 @@ class RecallRequest(Caller):
     # commit's duplicate check) must not rank those memories up as if they were used
     touch: bool = True
     # record this read in the tenant's audit trail (``memory_events``) under this kind, with
-    # the caller and the ids returned, never the query; an audited read skips the cache (a
-    # cached answer would record nothing)
-    activity: Literal["agent_memory_query"] | None = None
+    # the caller and the ids returned, never the query (a cached answer is recorded too)
+    activity: Literal["agent_memory_query", "memory_recall"] | None = None
 
     @model_validator(mode="after")
     def _owner(self) -> RecallRequest:

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from datetime import datetime, timedelta
+from typing import Any
 
 import pytest
 
@@ -146,6 +148,39 @@ async def test_updates_of_one_version_side_by_side_make_one_new_version(gateway,
     owner = OwnerFilter(tenant=tenant, user="1")
     history = await gateway.running.pg.fact_history(owner, won["key"])
     assert [m.id for m in history] == [fid, won["fact_id"]]
+
+
+async def test_a_recall_is_in_the_events_table_cached_or_not(gateway, tenant) -> None:
+    """Seed 002 logs every memory operation in the events table: a recall writes a
+    memory_recall row with the caller and the ids it returned, never the query, and so does
+    the same recall answered from the cache."""
+    key = await gateway.key(tenant, user="3")
+    body = {
+        "client_id": "3",
+        "content": "The weekly sync moved to Thursdays at ten",
+        "memory_type": "decision",
+        "salience_hint": 0.5,
+    }
+    r = await gateway.http.post("/api/v1/memory/remember", json=body, headers=auth(key))
+    assert r.status_code == 201, r.text
+    mid = r.json()["memory_id"]
+    params = {"query": "when is the weekly sync QUERY-TEXT-31", "client_id": "3"}
+    answers = []
+    for _ in range(2):
+        r = await gateway.http.get("/api/v1/memory/recall", params=params, headers=auth(key))
+        assert r.status_code == 200, r.text
+        answers.append(r.json())
+    assert [a["cached"] for a in answers] == [False, True]
+    rows: list[dict[str, Any]] = []
+    for _ in range(100):  # the row is written after the answer went out
+        rows = [
+            e for e in await gateway.running.pg.events_for(tenant) if e["kind"] == "memory_recall"
+        ]
+        if len(rows) == 2:
+            break
+        await asyncio.sleep(0.05)
+    assert [r["detail"] for r in rows] == [{"user": "3", "agent": None, "memory_ids": [mid]}] * 2
+    assert "QUERY-TEXT" not in json.dumps(rows, default=str)
 
 
 async def test_scopes_filter_and_lifecycles(gateway, tenant) -> None:
