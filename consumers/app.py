@@ -31,6 +31,7 @@ from memstream.consumers.cache import RecallCache
 from memstream.consumers.chains import batch_stage, chain_of
 from memstream.consumers.commands import CommandService
 from memstream.consumers.extractors import LlmExtractor
+from memstream.consumers.healing import Healer
 from memstream.consumers.logs import log
 from memstream.consumers.maintenance import Maintenance
 from memstream.consumers.metrics import WorkerMetrics
@@ -75,6 +76,8 @@ class Worker(Maintenance):
     dev_redaction_key: bool = field(init=False, default=False)
     _nc: Any = field(init=False, default=None)
     _reconciler: asyncio.Task[None] | None = field(init=False, default=None)
+    healer: Healer | None = field(init=False, default=None)
+    _floors: asyncio.Task[None] | None = field(init=False, default=None)
     _tasks: set[asyncio.Task[Any]] = field(init=False, default_factory=set)
     _recall_sub: Any = field(init=False, default=None)
     _stats_sub: Any = field(init=False, default=None)
@@ -168,8 +171,15 @@ class Worker(Maintenance):
         if batched and self.services.helper is not None:
             await self.services.helper.start()
         if batched:
+            self.healer = Healer(js, self.settings, batched)
+            await self.healer.note_floors()
+            self._floors = asyncio.create_task(self.healer.watch())
             self.broker.pulls = PullLoops(
-                self._nc, batched, self.settings.stage.batch_size, self.settings.stage.ack_wait_s
+                self._nc,
+                batched,
+                self.settings.stage.batch_size,
+                self.settings.stage.ack_wait_s,
+                heal=self.healer.heal,
             )
             await self.broker.pulls.start()
         if "store" in roles:  # the index's maintenance goes with the stage that writes it
@@ -355,10 +365,11 @@ class Worker(Maintenance):
 
     async def stop(self) -> None:
         self._stopping = True
-        if self._reconciler is not None:
-            self._reconciler.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._reconciler
+        for task in (self._reconciler, self._floors):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
         closed = self._nc is None or self._nc.is_closed  # lost: nothing left to drain
         for sub in (self._stats_sub, self._redact_sub):
             if sub is not None and not closed:

@@ -203,9 +203,12 @@ class PullLoops:
         runners: dict[str, tuple[str, str, BatchRunner]],
         size: int,
         ack_wait_s: float = 30.0,
+        heal: Callable[[str], Awaitable[None]] | None = None,
     ):
         self.nc, self.runners, self.size = nc, runners, size
         self.ack_wait_s = ack_wait_s
+        # re-creates a stage's consumer the server says is gone (``consumers/healing.py``)
+        self.heal = heal
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._stopping = False
 
@@ -268,6 +271,9 @@ class PullLoops:
         unfinished: set[asyncio.Task[None]] = set()
         try:
             while not self._stopping:
+                if sub.gone and self.heal is not None:
+                    sub.gone = False
+                    await self.heal(stage)
                 try:
                     msgs = await sub.fetch(self.size, wait_s=1.0)
                 except TimeoutError:

@@ -62,6 +62,9 @@ class Pull:
         self._over = False  # ... and the server has said it is over
         self._changed = asyncio.Event()
         self.refused = 0  # requests the server refused (any status but 404/408)
+        # a refusal said the consumer is gone (deleted under a request: 409; none to ask:
+        # 503): the stage loop asks its ``Healer`` to re-create it, and clears this
+        self.gone = False
         self._on_refused = on_refused  # the stage's counter (``memstream_stage_refused``)
         # (status, reason) -> when last warned of, and how many came since
         self._warned: dict[tuple[str, str], float] = {}
@@ -96,6 +99,8 @@ class Pull:
         """Count a refusal, and warn of it unless this one was warned of lately: a stage
         whose consumer is gone takes nothing, and the operator must hear why."""
         self.refused += 1
+        if status == "503" or (status == "409" and "deleted" in reason.lower()):
+            self.gone = True
         if self._on_refused is not None:
             self._on_refused()
         key, now = (status, reason), time.monotonic()

@@ -3,6 +3,7 @@ start-up, never left to a client library's defaults)."""
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from nats.js import JetStreamContext
@@ -15,7 +16,7 @@ from nats.js.api import (
     StorageType,
     StreamConfig,
 )
-from nats.js.errors import BadRequestError, NotFoundError
+from nats.js.errors import APIError, NotFoundError
 
 from memstream.schemas.errors import ConfigurationError
 from memstream.schemas.settings import Settings
@@ -113,12 +114,37 @@ async def apply(js: JetStreamContext, settings: Settings) -> Topology:
     for stage, (stream, ccfg) in topo.consumers.items():
         try:
             await js.add_consumer(stream, ccfg)
-        except BadRequestError as exc:
-            raise ConfigurationError(
-                f"durable consumer for stage {stage!r} exists with a configuration that cannot "
-                f"be updated in place ({exc.description}); delete it to let memstream recreate it"
-            ) from exc
+        except APIError as exc:
+            if not await _update_keeping_start(js, stream, ccfg):
+                raise ConfigurationError(
+                    f"durable consumer for stage {stage!r} exists with a configuration that "
+                    f"cannot be updated in place ({exc.description}); delete it to let "
+                    "memstream recreate it"
+                ) from exc
     return topo
+
+
+async def _update_keeping_start(js: JetStreamContext, stream: str, ccfg: ConsumerConfig) -> bool:
+    """A consumer re-created at a start sequence (``consumers/healing.py``) keeps it, which
+    JetStream cannot change in place anyway: the rest of ``ccfg`` is applied around it. False
+    when it differs in something else that cannot be updated."""
+    try:
+        have = (await js.consumer_info(stream, ccfg.durable_name or "")).config
+    except APIError:
+        return False
+    if have.deliver_policy == ccfg.deliver_policy:
+        return False
+    kept = dataclasses.replace(
+        ccfg,
+        deliver_policy=DeliverPolicy(have.deliver_policy),  # nats-py reads it back as a str
+        opt_start_seq=have.opt_start_seq,
+        opt_start_time=have.opt_start_time,
+    )
+    try:
+        await js.add_consumer(stream, kept)
+    except APIError:
+        return False
+    return True
 
 
 async def drained(js: JetStreamContext, settings: Settings) -> bool:
