@@ -12,12 +12,16 @@ tag", ``in`` "has any of these"), and metadata as ``metadata.<key>`` or, for a n
 field above, the bare key. Values are strings, numbers, booleans or null.
 
 Filters are checked in the gateway on each scope's candidates (the best 100 when a filter or a
-radius is given); the scope's own condition is pushed to the workers as well.
+radius is given). What every match must meet and recall can apply itself (``narrowing``: a
+type, a scope, a tag, in the filter's top-level conjunction) is pushed to the workers too, so
+those 100 are the best among the memories that can match, not among all of the owner's; the
+scope's own condition is pushed as well.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from memstream.gateway.errors import ApiError
@@ -147,3 +151,55 @@ def compose(
     if caller:
         return dict(caller)
     return dict(scope) if scope else None
+
+
+def _tag(value: str) -> bool:
+    """A value recall takes as a tag (``schemas.events.Tag``); another is left to ``matches``."""
+    return 0 < len(value) <= 64 and value.isprintable()
+
+
+@dataclass(frozen=True)
+class Narrowing:
+    """What every item a filter matches must have: memstream types, scopes (values; None:
+    any) and tags (all of them)."""
+
+    types: frozenset[str] | None = None
+    scopes: frozenset[str] | None = None
+    tags: frozenset[str] = frozenset()
+
+    def __and__(self, other: Narrowing) -> Narrowing:
+        def both(a: frozenset[str] | None, b: frozenset[str] | None) -> frozenset[str] | None:
+            return b if a is None else a if b is None else a & b
+
+        return Narrowing(
+            both(self.types, other.types), both(self.scopes, other.scopes), self.tags | other.tags
+        )
+
+
+def narrowing(f: Mapping[str, Any] | None, seed_types: Mapping[str, str]) -> Narrowing:
+    """The conditions of ``f`` every match must meet that recall can apply itself: ``type``
+    and ``memory_type`` (``seed_types``: memstream type -> the surface's name), ``scope``,
+    each as ``eq`` or ``in``, and ``tags`` ``eq``, in ``f``'s top-level conjunction (an
+    ``OR`` narrows nothing). Recall then ranks only what can match; ``matches`` still
+    decides every result."""
+    out = Narrowing()
+    for k, v in (f or {}).items():
+        if k == "AND":
+            for sub in v:
+                out &= narrowing(sub, seed_types)
+            continue
+        if k == "OR":
+            continue
+        op, arg = next(iter(v.items())) if isinstance(v, dict) else ("eq", v)
+        if op not in ("eq", "in"):
+            continue
+        values = frozenset(x for x in ([arg] if op == "eq" else arg) if isinstance(x, str))
+        if k == "type":
+            out &= Narrowing(types=values)
+        elif k == "memory_type":
+            out &= Narrowing(types=frozenset(t for t, s in seed_types.items() if s in values))
+        elif k == "scope":
+            out &= Narrowing(scopes=values)
+        elif k == "tags" and op == "eq" and isinstance(arg, str) and _tag(arg):
+            out &= Narrowing(tags=frozenset([arg]))
+    return out

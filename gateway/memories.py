@@ -63,8 +63,8 @@ from memstream.producers.client import MemoryClient, PublishError
 from memstream.producers.progress import progress, turns_after, wait_processed
 from memstream.schemas.events import Message, Role, TurnEvent
 from memstream.schemas.ids import derived_id
-from memstream.schemas.memory import MemoryType
-from memstream.schemas.recall import Method
+from memstream.schemas.memory import MemoryType, Scope
+from memstream.schemas.recall import Method, RecallReply
 
 router = APIRouter(tags=["memories (seeds 000, 003)"])
 
@@ -86,6 +86,7 @@ async def _caller(request: Request, body: Caller) -> tuple[Identity, MemoryClien
 
 
 SCOPE_FILTER: dict[str, Any] = {"resources": {"scope": {"in": ["project", "global"]}}}
+SEED_TYPE_NAMES = {t.value: name for t, name in SEED_TYPE.items()}
 
 
 async def _scope(
@@ -96,16 +97,24 @@ async def _scope(
     composed = flt.compose(req.filters, scope_filter)
     narrowing = req.filters is not None or req.radius is not None
     want = MAX_CANDIDATES if req.top_k == -1 else req.top_k
-    types = [] if req.include_profile else [t for t in MemoryType if t not in PROFILE_TYPES]
-    reply = await mem.recall(
-        req.query,
-        top_k=MAX_CANDIDATES if narrowing else want,
-        session=session,
-        method=Method.HYBRID if req.method == "agentic" else Method(req.method),
-        context={"current_chat": "session", "resources": "resources"}.get(scope, "all"),
-        types=types,
-        project=req.project_id,  # its project-scope memories are shared with the caller
-    )
+    must = flt.narrowing(composed, SEED_TYPE_NAMES)
+    types = set(MemoryType) if req.include_profile else set(MemoryType) - PROFILE_TYPES
+    if must.types is not None:
+        types &= {t for t in MemoryType if t.value in must.types}
+    scopes = [x for x in Scope if must.scopes is None or x.value in must.scopes]
+    reply = RecallReply(hits=[], method=Method.HYBRID)
+    if types and scopes:  # else no memory can match: only unprocessed turns may
+        reply = await mem.recall(
+            req.query,
+            top_k=MAX_CANDIDATES if narrowing else want,
+            session=session,
+            method=Method.HYBRID if req.method == "agentic" else Method(req.method),
+            context={"current_chat": "session", "resources": "resources"}.get(scope, "all"),
+            types=[] if types == set(MemoryType) else sorted(types),
+            scopes=[] if must.scopes is None else scopes,
+            tags=sorted(must.tags),
+            project=req.project_id,  # its project-scope memories are shared with the caller
+        )
     out: list[SearchResult] = []
     for h in reply.hits:
         score = h.calibrated if h.calibrated is not None else h.score

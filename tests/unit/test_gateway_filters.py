@@ -103,3 +103,26 @@ def test_calibrated_renormalises_over_the_legs_that_ran() -> None:
     w = {"keyword": 0.7, "dense": 0.3}
     assert calibrated({"dense": [("d", 0.8), ("e", -0.2)]}, w) == {"d": 0.8, "e": 0.0}
     assert calibrated({"keyword": [("d", KEYWORD_HALF)]}, w)["d"] == pytest.approx(0.5)
+
+
+def test_narrowing_takes_only_what_every_match_must_have() -> None:
+    """Pushed to recall: types (memstream's, or the seed's mapped back), scopes and tags of
+    the top-level conjunction; an OR, a ``ne`` or ``nin``, a metadata field narrow nothing;
+    two type conditions intersect (none left: no memory can match)."""
+    seed = {"decision": "agent_case", "fix": "agent_case", "fact": "profile"}
+    n = flt.narrowing(
+        {"AND": [{"memory_type": "agent_case"}, {"scope": {"in": ["user", "global"]}}]}, seed
+    )
+    assert n == flt.Narrowing(
+        types=frozenset({"decision", "fix"}), scopes=frozenset({"user", "global"})
+    )
+    assert flt.narrowing({"OR": [{"type": "fact"}, {"scope": "user"}]}, seed) == flt.Narrowing()
+    none = {"type": {"ne": "fact"}, "scope": {"nin": ["run"]}, "metadata.k": "v"}
+    assert flt.narrowing(none, seed) == flt.Narrowing()
+    assert flt.narrowing({"tags": "blue", "type": {"in": ["fact", "fix"]}}, seed) == (
+        flt.Narrowing(types=frozenset({"fact", "fix"}), tags=frozenset({"blue"}))
+    )
+    both = {"AND": [{"type": "fact"}, {"memory_type": "agent_case"}]}
+    assert flt.narrowing(both, seed).types == frozenset()
+    assert flt.narrowing({"tags": {"in": ["a", "b"]}}, seed) == flt.Narrowing()
+    assert flt.narrowing(None, seed) == flt.Narrowing()

@@ -2,9 +2,19 @@
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
 pytestmark = pytest.mark.integration
+
+NOUNS = (
+    "river mountain pencil garden window ladder violin harbor lantern carpet bicycle "
+    "thunder orchard castle blanket compass meadow kettle glacier saddle tunnel mirror "
+    "canyon feather pillow rocket marble forest anchor basket candle desert engine falcon "
+    "helmet island jacket kitten lemon magnet needle ocean parrot quilt ribbon shovel "
+    "tomato umbrella valley wagon yacht zipper bridge cactus dolphin"
+).split()
 
 
 async def _seeded(gateway, tenant):
@@ -189,3 +199,35 @@ async def test_resources_are_shared_within_the_project_named(gateway, tenant) ->
         assert r.status_code == 200, r.text
         found[project] = [(x["user_id"], x["text"]) for x in r.json()["results"]]
     assert ("bob", said) in found["p1"] and found["p2"] == [], found
+
+
+async def test_a_type_filter_ranks_among_the_memories_it_can_match(gateway, tenant) -> None:
+    """150 preferences about espresso outrank the one decision that mentions it, in passing,
+    in a long text; ``memory_type: agent_case`` must still find that decision: the type is
+    pushed to recall, so the best 100 are taken among the owner's decisions, fixes, ... and
+    not among all of them (where the decision came last, and was filtered out of the
+    best 100 in the gateway)."""
+    key = await gateway.key(tenant, user="bea")
+    async with gateway.running.client(tenant, user="bea") as mem:
+        rng = random.Random(3)
+        for _ in range(150):  # distinct enough that none is a near duplicate of another
+            topic = " and ".join(rng.sample(NOUNS, 6))
+            await mem.remember(f"espresso espresso: {topic}", type="preference")
+        decision = await mem.remember(
+            "After a long review of vendors, budgets, delivery windows, office layout, noise "
+            "and the cleaning rota, the team decided to lease the machine that also makes "
+            "espresso for the third floor kitchen",
+            type="decision",
+        )
+    r = await gateway.search(key, "bea", "espresso", top_k=-1)  # the best 100 unfiltered
+    assert len(r.json()["results"]) == 100 and decision.id not in str(r.json())
+    r = await gateway.search(key, "bea", "espresso", top_k=5, filters={"memory_type": "agent_case"})
+    assert r.status_code == 200, r.text
+    assert [x["id"] for x in r.json()["results"]] == [decision.id]
+    both = {"AND": [{"memory_type": {"in": ["agent_case"]}}, {"scope": "user"}]}
+    r = await gateway.search(key, "bea", "espresso", top_k=5, filters=both)
+    assert [x["id"] for x in r.json()["results"]] == [decision.id]
+    r = await gateway.search(  # no memory can match: nothing asked of recall, nothing found
+        key, "bea", "espresso", top_k=5, filters={"type": "no-such-type"}
+    )
+    assert r.status_code == 200 and r.json()["results"] == []
