@@ -20,16 +20,15 @@ definitions ``topology.apply`` uses at start-up, without losing or needlessly re
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from nats.js.api import ConsumerConfig, DeliverPolicy, RetentionPolicy, StreamConfig
+from nats.js.api import ConsumerConfig, RetentionPolicy, StreamConfig
 from nats.js.errors import APIError, NotFoundError
 
 from memstream.consumers.logs import log
-from memstream.consumers.topology import topology
+from memstream.consumers.topology import after_floor, topology
 from memstream.schemas.settings import Settings
 
 HEAL_EVERY_S = 2.0  # a stage asks for a heal at most this often
@@ -127,16 +126,13 @@ class Healer:
         """Where the re-created consumer starts (the module's docstring)."""
         if fresh or not self._keeps_history(stream):
             return cfg
-        floor = self.floors.get(stage)
-        last = getattr(state, "last_seq", None)
-        if floor is None or last is None or last < floor:
+        floor, last = self.floors.get(stage), getattr(state, "last_seq", None)
+        wanted = after_floor(cfg, self.streams[stream], floor, last)
+        if wanted is cfg:
             log.warning(
                 "stage.consumer_replays_stream",
                 stage=stage,
                 stream=stream,
                 reason="no ack floor known" if floor is None else "the stream is behind it",
             )
-            return cfg
-        return dataclasses.replace(
-            cfg, deliver_policy=DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=floor + 1
-        )
+        return wanted

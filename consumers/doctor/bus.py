@@ -8,7 +8,7 @@ import asyncio
 from typing import Any
 
 import nats
-from nats.js.api import ConsumerConfig, StreamConfig
+from nats.js.api import ConsumerConfig, DeliverPolicy, StreamConfig
 
 from memstream.consumers.doctor.findings import TIMEOUT_S, Finding
 from memstream.consumers.natsconn import nats_options
@@ -123,9 +123,12 @@ async def check_bus(settings: Settings, nats_url: str) -> tuple[list[Finding], A
         except Exception:  # noqa: BLE001 - missing (or unreadable) is the finding
             drifted.append(f"stage {stage}: consumer {stream}/{durable} is missing")
             continue
+        fields: tuple[str, ...] = CONSUMER_FIELDS
+        if have_c.deliver_policy == DeliverPolicy.BY_START_SEQUENCE:
+            # made again after its ack floor (consumers/healing.py): its start is its own
+            fields = tuple(f for f in CONSUMER_FIELDS if f != "deliver_policy")
         drifted += [
-            f"stage {stage} ({stream}/{durable}): {d}"
-            for d in _drift(want_c, have_c, CONSUMER_FIELDS)
+            f"stage {stage} ({stream}/{durable}): {d}" for d in _drift(want_c, have_c, fields)
         ]
     found.append(
         Finding(
@@ -133,7 +136,8 @@ async def check_bus(settings: Settings, nats_url: str) -> tuple[list[Finding], A
             not drifted,
             "; ".join(drifted) or f"{len(topo.consumers)} stage consumers as defined",
             APPLY + "; a field the server cannot change in place needs the consumer deleted "
-            "first (`nats consumer rm <stream> <durable>`); it resumes from the stream",
+            "first (`nats consumer rm <stream> <durable>`): a running worker makes it again "
+            "within seconds, after its last ack floor",
         )
     )
     found.append(await _dead_letters(js, settings))

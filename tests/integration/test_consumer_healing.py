@@ -3,12 +3,19 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from typing import Any
+
 import nats
 import pytest
-from nats.js.api import DeliverPolicy
+from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
+from workers import _delete_streams
 
 from memstream.consumers import topology
+from memstream.consumers.doctor.bus import check_bus
+from memstream.schemas.errors import ConfigurationError
 from memstream.schemas.memory import MemoryType
+from memstream.schemas.settings import Settings
 from memstream.schemas.subjects import Subjects
 from memstream.storage.postgres import OwnerFilter
 
@@ -32,9 +39,13 @@ async def test_a_deleted_extract_consumer_comes_back_after_the_last_ack_floor(ru
     await running.wait_for(lambda: _count(running, "heal-a", 3), 20, "the first turns")
     healer = running.worker.healer
     assert healer is not None
-    await healer.note_floors()  # what the worker's watch does every 10 s
+
+    async def floor_read() -> bool:  # what the worker's watch does every 10 s
+        await healer.note_floors()  # (the turns are acked just after their rows are written)
+        return bool(healer.floors.get("extract", 0) >= 3)
+
+    await running.wait_for(floor_read, 10, "the three turns acked")
     floor = healer.floors["extract"]
-    assert floor >= 3
     nc = await nats.connect(running.nats_url)
     js = nc.jetstream()
     try:
@@ -51,6 +62,10 @@ async def test_a_deleted_extract_consumer_comes_back_after_the_last_ack_floor(ru
         await topology.apply(js, running.settings)  # a worker (re)starting now
         again = await js.consumer_info(s.stream("turns"), s.durable("extract"))
         assert again.config.opt_start_seq == floor + 1
+        found, doctor_nc = await check_bus(running.settings, running.nats_url)
+        await doctor_nc.close()
+        consumers = next(f for f in found if f.check == "consumers")
+        assert consumers.ok, consumers.detail  # its start is no drift
     finally:
         await nc.close()
         await client.close()
@@ -87,3 +102,69 @@ async def test_a_lost_turns_stream_is_made_again_and_ingest_goes_on(running) -> 
 
 async def _count(running, tenant: str, n: int) -> bool:
     return len(await _episodes(running, tenant)) >= n
+
+
+@pytest.fixture
+async def bare(nats_url: str, namespace: str, tmp_path) -> AsyncIterator[tuple[Any, Settings]]:
+    """This test's streams and consumers on the real server, no worker running."""
+    settings = Settings(nats_url=nats_url, namespace=namespace, state_dir=tmp_path)
+    nc = await nats.connect(nats_url)
+    js = nc.jetstream()
+    await topology.apply(js, settings)
+    yield js, settings
+    await nc.close()
+    await _delete_streams(nats_url, settings)
+
+
+async def _older_extract(js: Any, s: Subjects, definitions: int | None) -> None:
+    """The extract consumer as another release made it: acked all-up-to (which JetStream
+    cannot change in place), with ``definitions`` in its metadata (None: none recorded)."""
+    stream, durable = s.stream("turns"), s.durable("extract")
+    await js.delete_consumer(stream, durable)
+    meta = None if definitions is None else {topology.DEFINITIONS_KEY: str(definitions)}
+    cfg = ConsumerConfig(
+        durable_name=durable,
+        ack_policy=AckPolicy.ALL,
+        filter_subject=s.turns_filter(),
+        metadata=meta,
+    )
+    await js.add_consumer(stream, cfg)
+
+
+async def test_an_older_definition_is_replaced_after_its_ack_floor(bare) -> None:
+    """A release whose consumer definition JetStream cannot apply in place, over a consumer
+    of an older definition (none recorded): the start replaces it, starting after the old
+    one's ack floor: the 2 turns it had not acked come, the 3 it had do not (before, the
+    start stopped and asked the operator to delete the consumer)."""
+    js, settings = bare
+    s = Subjects(settings.namespace)
+    stream, durable = s.stream("turns"), s.durable("extract")
+    await _older_extract(js, s, None)
+    for n in range(5):
+        await js.publish(s.turns("acme", "u", "s1"), f"turn {n}".encode())
+    sub = await js.pull_subscribe_bind(durable, stream)
+    third = (await sub.fetch(3, timeout=5))[-1]
+    await third.ack_sync()  # all up to the third
+    await sub.unsubscribe()
+    await topology.apply(js, settings)
+    info = await js.consumer_info(stream, durable)
+    assert info.config.ack_policy == AckPolicy.EXPLICIT
+    assert topology.definitions_of(info.config) == topology.DEFINITIONS
+    assert info.config.deliver_policy == DeliverPolicy.BY_START_SEQUENCE
+    assert info.config.opt_start_seq == 4 and info.num_pending == 2
+
+
+async def test_a_newer_definition_is_kept_and_the_same_one_refused(bare) -> None:
+    """An older release starting beside a consumer of a newer definition leaves it as it is
+    (a rolling upgrade); a consumer of this very definition that still refuses it in place
+    (changed by hand) stops the start with a message saying which to delete."""
+    js, settings = bare
+    s = Subjects(settings.namespace)
+    stream, durable = s.stream("turns"), s.durable("extract")
+    await _older_extract(js, s, topology.DEFINITIONS + 1)
+    await topology.apply(js, settings)
+    kept = await js.consumer_info(stream, durable)
+    assert kept.config.ack_policy == AckPolicy.ALL
+    await _older_extract(js, s, topology.DEFINITIONS)
+    with pytest.raises(ConfigurationError, match="'extract'"):
+        await topology.apply(js, settings)
