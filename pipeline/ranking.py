@@ -103,8 +103,10 @@ def select(
     for record, score in kept:
         cost = tokens(record["text"])
         if req.token_budget is not None and used + cost > req.token_budget:
+            # skipped, not the end: one long episode ranked first would otherwise leave
+            # nothing, when the shorter hits after it fit
             truncated = True
-            break
+            continue
         used += cost
         hits.append(hit_of(record, score, absolute.get(record["id"]) if absolute else None))
     return hits, truncated

@@ -116,6 +116,7 @@ class MemoryClient(Publishing, Verbs):
         self._root: MemoryClient | None = None  # set on scoped copies: whose connection
         self._pending: set[asyncio.Task[Any]] = set()
         self._closed = False
+        self._changes = 0  # commands sent that change memories (``changes``)
         self.publish_failures = 0
 
     async def connect(self) -> MemoryClient:
@@ -206,6 +207,13 @@ class MemoryClient(Publishing, Verbs):
         self.connection_errors += 1
 
     @property
+    def changes(self) -> int:
+        """How many commands that change memories (forget, update, remember, ...) this client
+        and its scoped copies have sent: a cache of recalled memories kept beside it, such as
+        the middleware's, is stale once this moves."""
+        return (self._root or self)._changes
+
+    @property
     def closed(self) -> bool:
         """``close()`` was called (and no ``connect()`` since): a background wait such as the
         middleware's flush stops instead of opening a connection nobody will close."""
@@ -288,6 +296,8 @@ class MemoryClient(Publishing, Verbs):
             raise CommandError(ErrorCode.BAD_REQUEST, f"unknown command {verb!r}")
         fields.setdefault("user", self.user)
         fields.setdefault("agent", self.agent)
+        if verb not in READ_VERBS:
+            (self._root or self)._changes += 1
         try:
             req = model(tenant=self.tenant, api_key=self._api_key, **fields)
         except (ValidationError, ValueError, TypeError) as exc:
@@ -306,6 +316,11 @@ class MemoryClient(Publishing, Verbs):
             return CommandReply.model_validate(body)
         except (ValueError, AttributeError, ValidationError):
             raise CommandError(ErrorCode.INTERNAL, "the reply could not be read") from None
+
+
+READ_VERBS = frozenset(
+    {"get", "list", "history", "fact_history", "pending_review", "peer_query", "peer_query_any"}
+)
 
 
 def _wire(req: BaseModel) -> bytes:

@@ -9,6 +9,7 @@ and functions: no I/O.
 
 from __future__ import annotations
 
+import re
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -51,6 +52,9 @@ class ChatMessage:
     content: str = ""
     name: str | None = None  # the tool's name for a ``tool`` message
     tool_calls: tuple[Mapping[str, Any], ...] = ()  # an assistant message that calls tools
+    # the call a ``tool`` message answers: chat-completions providers refuse a tool result
+    # without it, so it goes back out as it came in
+    tool_call_id: str | None = None
 
 
 @dataclass(frozen=True)
@@ -100,6 +104,8 @@ class TurnContext:
         object.__setattr__(self, "session", session)
         object.__setattr__(self, "chat_id", chat_id)
         object.__setattr__(self, "turn_id", turn_id or uuid.uuid4().hex)
+        if started_at is not None and started_at.tzinfo is None:
+            started_at = started_at.replace(tzinfo=UTC)  # a host's naive now(): read as UTC
         object.__setattr__(self, "started_at", started_at or datetime.now(UTC))
         object.__setattr__(self, "recalled", recalled)
         object.__setattr__(self, "recall_reason", recall_reason)
@@ -130,6 +136,8 @@ class TurnContext:
                 d["name"] = m.name
             if m.tool_calls:
                 d["tool_calls"] = [dict(c) for c in m.tool_calls]
+            if m.tool_call_id:
+                d["tool_call_id"] = m.tool_call_id
             out.append(d)
         return out
 
@@ -193,12 +201,17 @@ def _message(m: Mapping[str, Any]) -> ChatMessage:
         content=str(m.get("content") or ""),
         name=m.get("name"),
         tool_calls=tuple(calls),
+        tool_call_id=m.get("tool_call_id"),
     )
 
 
+_TAG = re.compile(r"<\s*(/?)\s*recalled_memory\s*>", re.IGNORECASE)
+
+
 def neutral(text: str) -> str:
-    """Memory text cannot close (or open) the reference block it is shown in."""
-    return text.replace(CLOSE, "</recalled-memory>").replace(OPEN, "<recalled-memory>")
+    """Memory text cannot close (or open) the reference block it is shown in, in any case
+    or spacing a model might still read as the tag."""
+    return _TAG.sub(r"<\1recalled-memory>", text)
 
 
 def line(i: int, m: RecalledMemory) -> str:

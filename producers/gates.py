@@ -149,7 +149,12 @@ def decide(
     if reason is None:
         served = replace(state, words=state.words | words, turns=state.turns + 1, seen=True)
         return Decision(False, "cache_fresh", served)
-    return Decision(True, reason, TopicState(words=words, turns=1, seen=True))
+    return Decision(True, reason, fresh_state(user_input))
+
+
+def fresh_state(user_input: str) -> TopicState:
+    """The topic state a recall for ``user_input`` starts."""
+    return TopicState(words=content_words(user_input), turns=1, seen=True)
 
 
 def recalled(state: TopicState, now: float, hits: int, ok: bool) -> TopicState:

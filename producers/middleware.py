@@ -53,10 +53,17 @@ from memstream.producers.context import (
     with_rule,
     without_memory,
 )
-from memstream.producers.gates import Decision, GatePolicy, TopicState, decide, recalled
+from memstream.producers.gates import (
+    Decision,
+    GatePolicy,
+    TopicState,
+    decide,
+    fresh_state,
+    recalled,
+)
 from memstream.schemas.errors import ErrorCode
 from memstream.schemas.memory import MemoryType, Scope
-from memstream.schemas.recall import Hit
+from memstream.schemas.recall import MAX_QUERY_CHARS, Hit
 
 __all__ = [
     "MEMORY_RULE",
@@ -127,7 +134,8 @@ class MemoryMiddleware:
         self._audit = audit
         self._clock = clock
         self._states: OrderedDict[str, TopicState] = OrderedDict()
-        self._cache: dict[str, tuple[RecalledMemory, ...]] = {}
+        # per session: the memories last recalled, and ``client.changes`` then
+        self._cache: dict[str, tuple[int, tuple[RecalledMemory, ...]]] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
 
     # --- before the model call --------------------------------------------------------------
@@ -140,16 +148,22 @@ class MemoryMiddleware:
         state = self._states.get(ctx.session, TopicState())
         now = self._clock()
         decision = decide(user_input, state, now, self.gates)
+        changes = self.client.changes
+        cached = self._cache.get(ctx.session)
+        if decision.reason == "cache_fresh" and (cached is None or cached[0] != changes):
+            # a memory was forgotten, changed or stored through this client since the recall:
+            # the cached block could show what was forgotten; ask again
+            decision = Decision(True, "cache_stale", fresh_state(user_input or ""))
         memories: tuple[RecalledMemory, ...] = ()
         if decision.recall and user_input is not None:
             memories, ok = await self._recall(ctx.session, user_input, decision)
             self._remember_state(ctx.session, recalled(decision.state, now, len(memories), ok))
-            self._cache[ctx.session] = memories
+            self._cache[ctx.session] = (changes, memories)
         else:
             if decision.reason != "tool_only":
                 self._remember_state(ctx.session, decision.state)
-            if decision.reason == "cache_fresh":
-                memories = self._cache.get(ctx.session, ())
+            if decision.reason == "cache_fresh" and cached is not None:
+                memories = cached[1]
             self._emit(
                 "recall_skipped",
                 ctx.session,
@@ -177,7 +191,9 @@ class MemoryMiddleware:
         try:
             async with asyncio.timeout(self.deadline_s):
                 reply = await self.client.recall(
-                    query,
+                    # a pasted log or traceback can make a prompt longer than recall takes:
+                    # its end (the error, the question) is what to recall for
+                    query[-MAX_QUERY_CHARS:],
                     top_k=self.top_k,
                     session=session if self.context == "session" else None,
                     context=self.context,
@@ -251,8 +267,14 @@ class MemoryMiddleware:
             answered_at = datetime.now(UTC)
             user_at = min(ctx.started_at, answered_at)
             digest = hashlib.sha256(f"{prompt}\x1f{output.content}".encode()).hexdigest()
+            # the owner is in the id: JetStream drops a repeated id across the tenant, so two
+            # users with the same session name, turn id and texts ("hi" -> "Hello!") would
+            # otherwise store one turn between them, the other acked as a duplicate
+            who = "\x1f".join(x or "" for x in (self.client.user, self.client.agent))
             event_id = str(
-                uuid.uuid5(uuid.NAMESPACE_URL, f"{ctx.session}\x1f{ctx.turn_id}\x1f{digest}")
+                uuid.uuid5(
+                    uuid.NAMESPACE_URL, f"{who}\x1f{ctx.session}\x1f{ctx.turn_id}\x1f{digest}"
+                )
             )
             messages = [
                 {"role": "user", "content": prompt, "timestamp": user_at},

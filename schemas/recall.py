@@ -26,6 +26,7 @@ class Context(StrEnum):
     RESOURCES = "resources"  # shared knowledge: project and global scopes
 
 
+MAX_QUERY_CHARS = 10_000
 MAX_HITS = 100  # top_k = -1 returns every hit above the threshold, at most this many
 
 
@@ -56,7 +57,7 @@ class RecallRequest(Caller):
     is AND-ed with the owner scope."""
 
     session: OptIdent = None
-    query: Annotated[Text, Field(min_length=1, max_length=10_000)]
+    query: Annotated[Text, Field(min_length=1, max_length=MAX_QUERY_CHARS)]
     top_k: Annotated[int, Field(ge=-1, le=MAX_HITS)] = 10  # -1: all above the threshold
     method: Method = Method.HYBRID
     context: Context = Context.ALL

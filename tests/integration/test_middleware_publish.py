@@ -213,3 +213,22 @@ async def test_a_chat_id_names_the_session_chat_id(running) -> None:
         await nc.close()
     assert raw.data is not None
     assert TurnEvent.model_validate_json(raw.data).session == "chat:42"
+
+
+async def test_two_owners_with_the_same_turn_both_store_it(running) -> None:
+    """Two users of one tenant, the same session name, host turn id and texts ("hi" ->
+    "Hello!"): each turn is stored, neither acked as a duplicate of the other (the turn's id
+    named no owner, and JetStream drops a repeated id across the tenant)."""
+    outcomes = []
+    for user in ("ann", "bo"):
+        audit = Audit()
+        async with running.client("acme", user=user) as mem:
+            mw = MemoryMiddleware(mem, audit=audit, flush_s=None)
+            ctx = TurnContext([ChatMessage("user", "hi")], "default", turn_id="1")
+            await mw.after_prompt(ctx, "Hello! How can I help?")
+            outcomes.append((await audit.wait("add_succeeded"))[0].metadata["duplicate"])
+            await mw.drain()
+            assert await mem.flush("default", within_s=30)
+            listed = await mem.list_memories(limit=10)
+        assert any("Hello! How can I help?" in m.content for m in listed.memories), user
+    assert outcomes == [False, False]

@@ -152,3 +152,41 @@ async def test_gates_decide_when_the_service_is_asked(running) -> None:
         tool_ctx = await mw.before_prompt(tool_ctx)
         assert tool_ctx.recall_reason == "tool_only" and await calls.settled(mem) == before
         assert all(m.role != "memory" for m in tool_ctx.messages)
+
+
+async def test_a_forgotten_memory_is_not_shown_again_from_the_cache(running) -> None:
+    """Recalled, then forgotten through the client: the next turn of the same topic, which
+    the gates would answer from the middleware's cache, recalls again (cache_stale) and
+    does not show the forgotten memory (it came back from the cache for up to 3 minutes)."""
+    async with running.client("acme", user="ann") as mem:
+        door = await mem.remember("Ann's front door code is 4711", type="fact")
+        mw = MemoryMiddleware(mem, min_score=0.0, flush_s=None)
+        history: list[ChatMessage] = []
+        ctx, out = await run_turn(mw, "d1", history, "what is the front door code?")
+        assert ctx.recall_reason == "session_start"
+        assert [r.id for r in ctx.recalled] == [door.id]
+        history += [
+            ChatMessage("user", "what is the front door code?"),
+            ChatMessage("assistant", out.content),
+        ]
+        await mem.forget(door.id)
+        ctx, _ = await run_turn(mw, "d1", history, "the front door code, what is it?")
+        assert ctx.recall_reason == "cache_stale"
+        assert all(r.id != door.id for r in ctx.recalled)
+        assert not any("4711" in m.content for m in ctx.messages if m.role == "memory")
+        await mw.drain()
+
+
+async def test_a_prompt_longer_than_recall_takes_recalls_for_its_end(running) -> None:
+    """A 12,000-character prompt (a pasted log, then the question): recall takes at most
+    10,000, so the middleware asks with the prompt's end and the fix is shown (before, the
+    request was refused as bad_request and the turn went on without memory)."""
+    audit = Audit()
+    async with running.client("acme", user="lu") as mem:
+        fix = await mem.remember("Pinning tzdata to 2024a fixed the failing build", type="fix")
+        mw = MemoryMiddleware(mem, audit=audit, min_score=0.0, flush_s=None)
+        log = "INFO compiling module step ok\n" * 420  # ~12,600 characters
+        prompt = f"{log}the build fails on tzdata again, what fixed it?"
+        ctx = await mw.before_prompt(TurnContext([ChatMessage("user", prompt)], "l1"))
+        assert audit.named("recall_failed") == []
+        assert fix.id in [r.id for r in ctx.recalled]

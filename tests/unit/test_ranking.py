@@ -104,6 +104,18 @@ def test_select_stops_at_the_token_budget_and_says_so() -> None:
     assert len(hits) == 3 and not truncated
 
 
+def test_a_hit_over_the_budget_is_skipped_and_shorter_ones_after_it_still_come() -> None:
+    """A long episode ranked first that alone exceeds the budget is left out, and the short
+    hits ranked after it fill the budget (before, the list ended at it: no hits at all)."""
+    ranked = [
+        (rec("long", "x" * 3600), 0.9),
+        (rec("fix", "pin tzdata to 2024a"), 0.8),
+        (rec("pref", "prefers green tea"), 0.7),
+    ]
+    hits, truncated = select(ranked, req(token_budget=600))
+    assert [h.id for h in hits] == ["fix", "pref"] and truncated
+
+
 def test_select_attaches_calibrated_scores_by_id() -> None:
     """A calibrated score is reported for the hit it was computed for, rounded."""
     hits, _ = select([(rec("a"), 0.5)], req(), {"a": 0.1234567})
