@@ -36,6 +36,7 @@ __all__ = [
 ]
 
 Reason = Literal[
+    "memory_off",
     "tool_only",
     "acknowledgement",
     "session_start",

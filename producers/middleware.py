@@ -137,6 +137,24 @@ class MemoryMiddleware:
         # per session: the memories last recalled, and ``client.changes`` then
         self._cache: dict[str, tuple[int, tuple[RecalledMemory, ...]]] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
+        self._off: set[str] = set()  # sessions with memory switched off (``memory_off``)
+
+    # --- the session's switch (seed 001: ``/memory off``) ----------------------------------
+
+    async def memory_off(self, session: str) -> None:
+        """Switch memory off for ``session``: from now on this middleware neither recalls,
+        publishes the session's turns nor records its tool outcomes, and the workers store
+        nothing from the session's turns that reach them (another process's). The switch
+        holds here at once, even if telling the workers fails (which raises)."""
+        self._off.add(session)
+        self._cache.pop(session, None)
+        await self.client.memory_off(session)
+
+    async def memory_on(self, session: str) -> None:
+        """Switch memory back on for ``session`` (raises if the workers cannot be told; it
+        then stays off here too)."""
+        await self.client.memory_on(session)
+        self._off.discard(session)
 
     # --- before the model call --------------------------------------------------------------
 
@@ -148,6 +166,8 @@ class MemoryMiddleware:
         state = self._states.get(ctx.session, TopicState())
         now = self._clock()
         decision = decide(user_input, state, now, self.gates)
+        if ctx.session in self._off:
+            decision = Decision(False, "memory_off", state)
         changes = self.client.changes
         cached = self._cache.get(ctx.session)
         if decision.reason == "cache_fresh" and (cached is None or cached[0] != changes):
@@ -262,6 +282,8 @@ class MemoryMiddleware:
             intermediate = bool(output.tool_calls) and not output.final
             if not output.completed or intermediate or not output.content.strip():
                 return
+            if ctx.session in self._off:  # not even the raw turn leaves the agent
+                return
             if prompt is None or not prompt.strip():
                 return
             answered_at = datetime.now(UTC)
@@ -359,7 +381,7 @@ class MemoryMiddleware:
     async def on_tool_result(self, ctx: TurnContext, outcome: ToolOutcome) -> None:
         """Record a verified outcome as a ``fix`` or ``lesson_learned`` memory, in the
         background (``drain`` waits for it). Unverified outcomes are not recorded."""
-        if not outcome.verified or not outcome.summary.strip():
+        if not outcome.verified or not outcome.summary.strip() or ctx.session in self._off:
             return
         self._spawn(self._record(ctx.session, outcome))
 

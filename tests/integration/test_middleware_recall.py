@@ -13,7 +13,13 @@ import nats
 import pytest
 from agentturns import SYSTEM, Audit, run_turn
 
-from memstream.producers import ChatMessage, MemoryClient, MemoryMiddleware, TurnContext
+from memstream.producers import (
+    ChatMessage,
+    MemoryClient,
+    MemoryMiddleware,
+    ToolOutcome,
+    TurnContext,
+)
 from memstream.producers.middleware import MEMORY_RULE
 from memstream.schemas.subjects import Subjects
 
@@ -190,3 +196,44 @@ async def test_a_prompt_longer_than_recall_takes_recalls_for_its_end(running) ->
         ctx = await mw.before_prompt(TurnContext([ChatMessage("user", prompt)], "l1"))
         assert audit.named("recall_failed") == []
         assert fix.id in [r.id for r in ctx.recalled]
+
+
+async def test_memory_off_stops_recall_publishing_and_tool_records_for_the_session(
+    running,
+) -> None:
+    """Seed 001's /memory off, session scoped: the middleware asks recall nothing, publishes
+    no turn and records no tool outcome for that session (the remember command stored one
+    before), while another session goes on; memory_on brings it back."""
+    audit = Audit()
+    async with (
+        running.client("acme", user="vi") as mem,
+        RecallCounter(running.nats_url, running.settings.namespace) as calls,
+    ):
+        await mem.remember("Vi's staging database is called tern", type="fact")
+        mw = MemoryMiddleware(mem, audit=audit, min_score=0.0, flush_s=None)
+        await mw.memory_off("quiet")
+        before = await calls.settled(mem)
+        ctx, _ = await run_turn(mw, "quiet", [], "what is the staging database called?")
+        assert ctx.recall_reason == "memory_off" and ctx.recalled == ()
+        await mw.on_tool_result(ctx, ToolOutcome("psql", "Reindexing tern fixed it", True))
+        await mw.drain()
+        assert await calls.settled(mem) == before
+        assert audit.named("add_succeeded") == [] and audit.named("add_failed") == []
+        listed = await mem.list_memories(session="quiet", limit=10)
+        assert listed.memories == []
+        other, _ = await run_turn(mw, "loud", [], "what is the staging database called?")
+        assert other.recall_reason == "session_start" and other.recalled
+        await mw.memory_on("quiet")
+        again, _ = await run_turn(mw, "quiet", [], "what is the staging database called?")
+        assert again.recall_reason == "session_start" and again.recalled
+        await mw.drain()
+    subjects = Subjects(running.settings.namespace)
+    nc = await nats.connect(running.nats_url)
+    try:
+        info = await nc.jetstream().stream_info(
+            subjects.stream("turns"), subjects_filter=subjects.turns("acme", "vi", "quiet")
+        )
+    finally:
+        await nc.close()
+    quiet = subjects.turns("acme", "vi", "quiet")
+    assert info.state.subjects == {quiet: 1}  # the turn after memory_on only
