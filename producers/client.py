@@ -91,11 +91,15 @@ class MemoryClient(Publishing, Verbs):
         api_key: str | None = None,
         nats_auth: NatsAuth | None = None,
         nats_creds: str | os.PathLike[str] | None = None,
+        retry_for_s: float = 60.0,
     ) -> None:
         """``nats_auth``: NATS credentials (default: the ``MEMSTREAM_NATS_*`` variables);
         ``nats_creds``: a ``.creds`` file, shorthand for ``NatsAuth(creds=...)``. Credentials
-        never go in ``nats_url``'s place in any message the client produces."""
+        never go in ``nats_url``'s place in any message the client produces.
+        ``retry_for_s``: how long a background publish (``wait=False``) keeps trying while
+        NATS is away before it is reported failed (``close`` ends the trying sooner)."""
         self.tenant, self.user, self.agent = tenant, user, agent
+        self.retry_for_s = retry_for_s
         self._url = nats_url or discover_nats_url()
         try:
             auth = nats_auth or NatsAuth.from_env()
@@ -160,6 +164,7 @@ class MemoryClient(Publishing, Verbs):
         other.tenant, other.user, other.agent = tenant, user, agent
         other._api_key = api_key
         other._pending = set()
+        other._closed = False
         other._root = self._root or self
         return other
 
@@ -217,10 +222,11 @@ class MemoryClient(Publishing, Verbs):
     def closed(self) -> bool:
         """``close()`` was called (and no ``connect()`` since): a background wait such as the
         middleware's flush stops instead of opening a connection nobody will close."""
-        return (self._root or self)._closed
+        return self._closed or (self._root is not None and self._root._closed)
 
     async def close(self) -> None:
         if self._root is not None:  # a scoped copy: the connection is the original's
+            self._closed = True  # its background publishes stop trying
             if self._pending:
                 await asyncio.gather(*self._pending, return_exceptions=True)
             return

@@ -78,7 +78,7 @@ __all__ = [
 
 _CHARS_PER_TOKEN = 4  # the same estimate as the recall responder's token budget
 _MAX_SESSIONS = 4096  # gate states kept (least recently used dropped)
-_ADD_WAIT_S = 60.0  # how long the flush after an add waits for the add's outcome
+_ADD_WAIT_S = 30.0  # beyond the client's retry_for_s, the wait for an add's outcome
 
 
 class MemoryMiddleware:
@@ -337,7 +337,9 @@ class MemoryMiddleware:
         session once if it succeeded."""
         try:
             # the client's retries (3 tries of publish_timeout) end well before this
-            async with asyncio.timeout(_ADD_WAIT_S):
+            # the client tries a publish for ``retry_for_s`` while NATS is away
+            wait_s = getattr(self.client, "retry_for_s", 60.0) + _ADD_WAIT_S
+            async with asyncio.timeout(wait_s):
                 result, error = await added
         except TimeoutError as exc:
             result, error = None, exc

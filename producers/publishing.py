@@ -11,6 +11,8 @@ connection.
 from __future__ import annotations
 
 import asyncio
+import itertools
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -31,6 +33,8 @@ class PublishResult:
     duplicate: bool
 
 
+RETRY_PAUSE_MAX_S = 5.0  # the longest pause between two tries of a background publish
+
 # called once with (result, None) or (None, error) when a ``wait=False`` publish is done
 PublishCallback = Callable[[PublishResult | None, Exception | None], object]
 
@@ -46,6 +50,11 @@ class Publishing:
     publish_failures: int
     _js: Any
     _pending: set[asyncio.Task[Any]]
+    retry_for_s: float
+
+    @property
+    def closed(self) -> bool:
+        raise NotImplementedError
 
     async def connect(self) -> object:
         raise NotImplementedError
@@ -122,13 +131,20 @@ class Publishing:
         return None
 
     async def _publish_quietly(self, event: TurnEvent, on_done: PublishCallback | None) -> None:
+        """Publish in the background, trying again while NATS is away (seed 001: queue and
+        retry, never lose the turn to a short outage) for ``retry_for_s``, at least three
+        times, and no longer once the client is closing. Each try carries the same message
+        id, so a turn stored by a try whose ack was lost is not stored twice."""
         error: MemoryClientError | None = None
-        for attempt in range(3):
+        give_up = time.monotonic() + self.retry_for_s
+        for attempt in itertools.count():
             try:
                 result = await self.publish(event)
             except MemoryClientError as exc:
                 error = exc
-                await asyncio.sleep(0.2 * 2**attempt)
+                if self.closed or (attempt >= 2 and time.monotonic() >= give_up):
+                    break
+                await asyncio.sleep(min(0.2 * 2**attempt, RETRY_PAUSE_MAX_S))
                 continue
             _report(on_done, result, None)
             return

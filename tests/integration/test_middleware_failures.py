@@ -27,8 +27,12 @@ async def test_unreachable_service_changes_nothing(running) -> None:
     async with running.client("acme", user="gus") as healthy:
         _, baseline = await run_turn(MemoryMiddleware(healthy), "o1", [], "plan my week")
     audit = Audit()
-    down = MemoryClient(
-        "acme", user="gus", nats_url=f"nats://127.0.0.1:{free_port()}", connect_timeout=0.2
+    down = MemoryClient(  # tries a background publish for 1 s (the default: a minute)
+        "acme",
+        user="gus",
+        nats_url=f"nats://127.0.0.1:{free_port()}",
+        connect_timeout=0.2,
+        retry_for_s=1.0,
     )
     mw = MemoryMiddleware(down, audit=audit, deadline_s=0.5)
     started = time.monotonic()

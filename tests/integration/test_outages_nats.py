@@ -73,6 +73,43 @@ async def test_nats_restart_does_not_wedge_ingest(
         await worker.stop()
 
 
+async def test_a_turn_published_while_nats_is_away_is_stored_once_it_is_back(
+    own_nats: EmbeddedNats, pg: PgStore, tmp_path: Path, embedder: Embedder
+) -> None:
+    """An agent's background publish (``wait=False``) while nats-server is down for longer
+    than three tries: the client keeps trying (``retry_for_s``), and the turn is stored
+    once, soon after the server is back (before, it was given up after three tries and
+    lost, seed 001 asking to queue and retry)."""
+    settings = Settings(nats_url=own_nats.url, namespace="mem", state_dir=tmp_path / "state")
+    worker = await start_worker(settings, pg, embedder)
+    flt = OwnerFilter(tenant="acme")
+    outcomes: list[tuple[object, object]] = []
+    try:
+        async with MemoryClient(
+            "acme", user="lee", nats_url=own_nats.url, publish_timeout=0.5
+        ) as mem:
+            await mem.publish_turn(_turn(0))
+            await _until(lambda: _episodes(pg, flt, 1), 30, "the first turn")
+            await asyncio.to_thread(own_nats.halt)
+            try:
+                await mem.publish_turn(
+                    _turn(1), wait=False, on_done=lambda r, e: outcomes.append((r, e))
+                )
+                await asyncio.sleep(5)  # three tries of 0.5 s and their pauses took ~3 s
+                assert outcomes == []  # still trying
+            finally:
+                await asyncio.to_thread(own_nats.resume)
+            await _until(lambda: _episodes(pg, flt, 2), 30, "the turn published while away")
+            await _until(lambda: _true(bool(outcomes)), 10, "the publish's outcome")
+        ((result, error),) = outcomes
+        assert error is None and result is not None
+        await asyncio.sleep(1)  # a second copy, had a try been stored twice, would be in by now
+        rows = await pg.list_memories(flt, limit=50)
+        assert len([m for m in rows if m.type.value == "episode"]) == 2
+    finally:
+        await worker.stop()
+
+
 async def test_a_worker_stops_while_nats_is_away(
     own_nats: EmbeddedNats, pg: PgStore, tmp_path: Path, embedder: Embedder
 ) -> None:
@@ -112,6 +149,11 @@ async def test_an_agent_leaves_its_client_while_nats_is_away(own_nats: EmbeddedN
         assert time.monotonic() - started < 2 and nc.is_closed
     finally:
         await asyncio.to_thread(own_nats.resume)
+
+
+async def _episodes(pg: PgStore, flt: OwnerFilter, n: int) -> bool:
+    rows = await pg.list_memories(flt, limit=50)
+    return len([m for m in rows if m.type.value == "episode"]) >= n
 
 
 async def _true(value: bool) -> bool:
