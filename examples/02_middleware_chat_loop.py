@@ -76,6 +76,7 @@ async def main(interactive: bool) -> None:
                 # a real chat has seconds between turns; a script waits until the turn is
                 # processed, so that the next turn can recall it
                 await mem.flush(SESSION, within_s=30)
+        await mw.drain()  # the last turn's publish and flush, before the client closes
 
 
 if __name__ == "__main__":

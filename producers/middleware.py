@@ -84,9 +84,10 @@ _ADD_WAIT_S = 30.0  # beyond the client's retry_for_s, the wait for an add's out
 class MemoryMiddleware:
     """Recall-before and persist-after around a model call, over a ``MemoryClient``.
 
-    Options: ``top_k`` memories at most (seed 001: 3..8), ``token_budget`` for the reference
-    message, ``min_score`` on the calibrated score (docs/recall.md; hits without one, from a
-    degraded reply, are kept only when ``min_score`` is 0), ``deadline_s`` for recall,
+    Options: ``top_k`` memories at most (1..100; seed 001 suggests 3..8), ``token_budget``
+    for the reference message, ``min_score`` on the calibrated score (docs/recall.md; hits
+    without one, from a degraded reply, are kept only when ``min_score`` is 0),
+    ``deadline_s`` for recall,
     ``context`` / ``scopes`` / ``types`` narrow what is searched (the client's owner always
     bounds it), ``project`` is sent with recall and turns, ``gates`` tune the recall gates,
     ``audit`` receives ``AuditEvent``s, ``flush_s`` bounds the flush after each add (None:
@@ -160,8 +161,9 @@ class MemoryMiddleware:
 
     async def before_prompt(self, ctx: TurnContext) -> TurnContext:
         """The context to send to the model: the system rule, and the recalled memories
-        (if the gates ask for them and they arrive within the deadline). Never raises."""
-        base = without_memory(ctx.messages)
+        (if the gates ask for them and they arrive within the deadline). A tool-loop step
+        keeps the memories this turn's first step showed: the model still needs them half
+        way through the turn. Never raises."""
         user_input = None if ctx.tool_only else ctx.user_input
         state = self._states.get(ctx.session, TopicState())
         now = self._clock()
@@ -174,6 +176,10 @@ class MemoryMiddleware:
             # a memory was forgotten, changed or stored through this client since the recall:
             # the cached block could show what was forgotten; ask again
             decision = Decision(True, "cache_stale", fresh_state(user_input or ""))
+        # a tool step's memory message was put there by this turn's first step; any other
+        # turn's is replaced (or dropped) below
+        step = decision.reason == "tool_only"
+        base = ctx.messages if step else without_memory(ctx.messages)
         memories: tuple[RecalledMemory, ...] = ()
         if decision.recall and user_input is not None:
             memories, ok = await self._recall(ctx.session, user_input, decision)
@@ -198,7 +204,7 @@ class MemoryMiddleware:
             session=ctx.session,
             turn_id=ctx.turn_id,
             started_at=ctx.started_at,
-            recalled=memories,
+            recalled=ctx.recalled if step else memories,
             recall_reason=decision.reason,
             chat_id=ctx.chat_id,
         )

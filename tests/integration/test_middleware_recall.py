@@ -237,3 +237,36 @@ async def test_memory_off_stops_recall_publishing_and_tool_records_for_the_sessi
         await nc.close()
     quiet = subjects.turns("acme", "vi", "quiet")
     assert info.state.subjects == {quiet: 1}  # the turn after memory_on only
+
+
+async def test_a_tool_step_keeps_the_memories_its_turn_showed(running) -> None:
+    """A tool loop: the turn's first step recalls and shows a memory; the next step (the
+    context so far, a tool call and its result) asks recall nothing and still shows it to
+    the model (it was dropped half way through the turn it was recalled for)."""
+    async with (
+        running.client("acme", user="kit") as mem,
+        RecallCounter(running.nats_url, running.settings.namespace) as calls,
+    ):
+        fix = await mem.remember("Pinning tzdata to 2024a fixed the failing build", type="fix")
+        mw = MemoryMiddleware(mem, min_score=0.0, flush_s=None)
+        first = await mw.before_prompt(
+            TurnContext([ChatMessage("user", "the build fails on tzdata, what now?")], "t1")
+        )
+        assert [r.id for r in first.recalled] == [fix.id]
+        before = await calls.settled(mem)
+        step = await mw.before_prompt(
+            TurnContext(
+                [
+                    *first.messages,
+                    ChatMessage("assistant", "", tool_calls=({"id": "c1", "name": "pytest"},)),
+                    ChatMessage("tool", "3 failed", name="pytest", tool_call_id="c1"),
+                ],
+                "t1",
+                turn_id=first.turn_id,
+                recalled=first.recalled,
+            )
+        )
+        assert step.recall_reason == "tool_only" and await calls.settled(mem) == before
+        shown = [m.content for m in step.messages if m.role == "memory"]
+        assert len(shown) == 1 and "tzdata to 2024a" in shown[0]
+        assert step.recalled == first.recalled
