@@ -244,6 +244,10 @@ class MemoryMiddleware:
             reason=decision.reason,
             result_count=len(reply.hits),
             injected_count=len(memories),
+            # what the injection adds to the prompt (seed 001's telemetry: added tokens)
+            added_tokens=-(-len(reference(memories).content) // _CHARS_PER_TOKEN)
+            if memories
+            else 0,
             degraded=list(reply.degraded),
             elapsed_ms=round((time.perf_counter() - started) * 1000, 2),
             **scope_meta,

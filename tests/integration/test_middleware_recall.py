@@ -79,6 +79,7 @@ async def test_recall_injects_one_reference_message(running) -> None:
     assert out.content.endswith("with 1 memory block(s)")
     (ok,) = audit.named("recall_succeeded")
     assert ok.metadata["injected_count"] == 1 and ok.metadata["result_count"] == 1
+    assert ok.metadata["added_tokens"] == -(-len(ref) // 4)  # the block, ~4 characters a token
     assert ok.metadata["context"] == "all" and ok.metadata["reason"] == "session_start"
     assert "bike" not in repr(audit.events)  # no query or memory text in audit metadata
     provider = ctx.as_provider_dicts()
