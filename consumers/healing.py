@@ -6,8 +6,9 @@ are refused: it takes nothing, says so (``pull.request_refused``, MemstreamStage
 before this waited for a restart. ``Healer.heal`` re-creates what is missing, from the same
 definitions ``topology.apply`` uses at start-up, without losing or needlessly redoing work:
 
-- a stream that is gone is created empty (what it held is lost with the server's state; new
-  publishes flow again, and its consumers start at its beginning);
+- a stream that is gone is created empty, and so is every other stream of the project's that
+  is gone too (what they held is lost with the server's state; new publishes flow again, and
+  their consumers start at their beginning);
 - a consumer of a work-queue stream (``MEM_STAGES``) starts at the beginning: the stream holds
   only what no stage has acked yet;
 - the extract consumer of ``MEM_TURNS`` (limits retention: days of turns) starts after the
@@ -95,8 +96,14 @@ class Healer:
         try:
             state = (await self.js.stream_info(stream)).state
         except NotFoundError:
-            await self.js.add_stream(self.streams[stream])
-            log.warning("stage.stream_recreated", stage=stage, stream=stream)
+            # a stream gone is most often every stream gone (a server that lost its state):
+            # the events and dead-letter streams the stages publish to are made again too
+            for name, scfg in self.streams.items():
+                try:
+                    await self.js.stream_info(name)
+                except NotFoundError:
+                    await self.js.add_stream(scfg)
+                    log.warning("stage.stream_recreated", stage=stage, stream=name)
             state, fresh = None, True
         try:
             await self.js.consumer_info(stream, cfg.durable_name or "")

@@ -73,9 +73,10 @@ async def test_a_deleted_extract_consumer_comes_back_after_the_last_ack_floor(ru
     assert len(texts) == 5 and sum("While it was gone" in t for t in texts) == 2
 
 
-async def test_a_lost_turns_stream_is_made_again_and_ingest_goes_on(running) -> None:
-    """The turns stream gone (a NATS server that lost its JetStream state): the worker makes
-    it and its extract consumer again, and turns published after that are stored."""
+async def test_lost_streams_are_made_again_and_ingest_goes_on(running) -> None:
+    """Every stream gone (a NATS server that lost its JetStream state): the worker makes them
+    and its stage consumers again, the events stream the store stage announces on included,
+    and turns published after that are stored."""
     s = Subjects(running.settings.namespace)
     client = running.client("heal-b", user="u")
     await client.publish_turn([("user", "The first note, before the stream went away.")])
@@ -83,7 +84,8 @@ async def test_a_lost_turns_stream_is_made_again_and_ingest_goes_on(running) -> 
     nc = await nats.connect(running.nats_url)
     js = nc.jetstream()
     try:
-        await js.delete_stream(s.stream("turns"))
+        for kind in ("turns", "stages", "events", "dlq"):
+            await js.delete_stream(s.stream(kind))
 
         async def stream_back() -> bool:
             try:
@@ -95,6 +97,14 @@ async def test_a_lost_turns_stream_is_made_again_and_ingest_goes_on(running) -> 
         await running.wait_for(stream_back, 20, "the stream and its consumer made again")
         await client.publish_turn([("user", "The second note, once the stream was back.")])
         await running.wait_for(lambda: _count(running, "heal-b", 2), 30, "the later turn")
+
+        async def announced() -> bool:  # the store stage announces on the events stream
+            try:
+                return bool((await js.stream_info(s.stream("events"))).state.messages)
+            except nats.js.errors.NotFoundError:
+                return False
+
+        await running.wait_for(announced, 10, "the later turn's events")
     finally:
         await nc.close()
         await client.close()
