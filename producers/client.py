@@ -120,6 +120,9 @@ class MemoryClient(Publishing, Verbs):
         self._root: MemoryClient | None = None  # set on scoped copies: whose connection
         self._pending: set[asyncio.Task[Any]] = set()
         self._closed = False
+        # each close() moves it on: a background publish begun before it stops trying (a
+        # connect() the retry itself makes must not undo that, as it undoes ``_closed``)
+        self._closes = 0
         self._changes = 0  # commands sent that change memories (``changes``)
         self.publish_failures = 0
 
@@ -224,9 +227,15 @@ class MemoryClient(Publishing, Verbs):
         middleware's flush stops instead of opening a connection nobody will close."""
         return self._closed or (self._root is not None and self._root._closed)
 
+    def closes(self) -> tuple[int, int]:
+        """How many times this client, and the one whose connection it shares, were closed:
+        a background publish stops trying once this differs from when it began."""
+        return self._closes, (self._root or self)._closes
+
     async def close(self) -> None:
+        self._closes += 1
         if self._root is not None:  # a scoped copy: the connection is the original's
-            self._closed = True  # its background publishes stop trying
+            self._closed = True
             if self._pending:
                 await asyncio.gather(*self._pending, return_exceptions=True)
             return

@@ -52,8 +52,7 @@ class Publishing:
     _pending: set[asyncio.Task[Any]]
     retry_for_s: float
 
-    @property
-    def closed(self) -> bool:
+    def closes(self) -> tuple[int, int]:
         raise NotImplementedError
 
     async def connect(self) -> object:
@@ -125,24 +124,26 @@ class Publishing:
         event = self.make_turn(messages, **kwargs)
         if wait:
             return await self.publish(event)
-        task = asyncio.create_task(self._publish_quietly(event, on_done))
+        task = asyncio.create_task(self._publish_quietly(event, on_done, self.closes()))
         self._pending.add(task)
         task.add_done_callback(self._pending.discard)
         return None
 
-    async def _publish_quietly(self, event: TurnEvent, on_done: PublishCallback | None) -> None:
+    async def _publish_quietly(
+        self, event: TurnEvent, on_done: PublishCallback | None, begun: tuple[int, int]
+    ) -> None:
         """Publish in the background, trying again while NATS is away (seed 001: queue and
         retry, never lose the turn to a short outage) for ``retry_for_s``, at least three
         times, and no longer once the client is closing. Each try carries the same message
         id, so a turn stored by a try whose ack was lost is not stored twice."""
         error: MemoryClientError | None = None
-        give_up = time.monotonic() + self.retry_for_s
+        give_up = time.monotonic() + self.retry_for_s  # ``begun``: ``closes()`` when asked
         for attempt in itertools.count():
             try:
                 result = await self.publish(event)
             except MemoryClientError as exc:
                 error = exc
-                if self.closed or (attempt >= 2 and time.monotonic() >= give_up):
+                if self.closes() != begun or (attempt >= 2 and time.monotonic() >= give_up):
                     break
                 await asyncio.sleep(min(0.2 * 2**attempt, RETRY_PAUSE_MAX_S))
                 continue

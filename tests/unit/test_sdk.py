@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 
 import pytest
@@ -39,8 +40,22 @@ async def test_publish_without_waiting_never_blocks_or_raises() -> None:
     started = time.perf_counter()
     assert await client.publish_turn([("user", "hello")], wait=False) is None
     assert time.perf_counter() - started < 0.05
-    await client.close()  # waits for the background attempts
+    started = time.perf_counter()
+    await client.close()  # waits for the attempt under way, not for retry_for_s (60 s)
+    assert time.perf_counter() - started < 10
     assert client.publish_failures == 1
+
+
+async def test_close_ends_the_retries_of_a_publish_already_trying() -> None:
+    """A background publish that has been trying for a while (NATS away) stops at close(),
+    after the try under way: an agent's shutdown never waits out ``retry_for_s``."""
+    client = MemoryClient("t", user="u", nats_url=unreachable(), connect_timeout=0.2)
+    await client.publish_turn([("user", "hello")], wait=False)
+    await asyncio.sleep(1.0)  # a few tries and pauses in
+    assert client.publish_failures == 0  # still trying
+    started = time.perf_counter()
+    await client.close()
+    assert time.perf_counter() - started < 10 and client.publish_failures == 1
 
 
 async def test_publish_without_waiting_reports_its_outcome() -> None:
