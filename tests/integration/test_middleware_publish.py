@@ -25,6 +25,20 @@ from memstream.schemas.subjects import Subjects
 pytestmark = pytest.mark.integration
 
 
+async def last_turn(running, tenant: str, owner: str, session: str) -> bytes:
+    """The body of the newest raw turn on the session's subject, as the stream holds it."""
+    subjects = Subjects(running.settings.namespace)
+    nc = await nats.connect(running.nats_url)
+    try:
+        raw = await nc.jetstream().get_last_msg(
+            subjects.stream("turns"), subjects.turns(tenant, owner, session)
+        )
+    finally:
+        await nc.close()
+    assert raw.data is not None
+    return bytes(raw.data)
+
+
 async def test_only_the_prompt_and_final_answer_are_published(running) -> None:
     """A tool loop's turn publishes exactly [user prompt, final answer]: no tool call, tool
     result, system text, reasoning or recalled text reaches the stream or the store."""
@@ -65,23 +79,15 @@ async def test_only_the_prompt_and_final_answer_are_published(running) -> None:
         assert await mem.flush("t1", within_s=30)
         listed = await mem.list_memories(limit=100)
     # the raw turn on the stream: exactly two messages
-    subjects = Subjects(running.settings.namespace)
-    nc = await nats.connect(running.nats_url)
-    try:
-        raw = await nc.jetstream().get_last_msg(
-            subjects.stream("turns"), subjects.turns("acme", "dee", "t1")
-        )
-    finally:
-        await nc.close()
-    assert raw.data is not None
-    turn = TurnEvent.model_validate_json(raw.data)
+    raw = await last_turn(running, "acme", "dee", "t1")
+    turn = TurnEvent.model_validate_json(raw)
     assert [(m.role.value, m.content) for m in turn.messages] == [
         ("user", "where does the deploy key live?"),
         ("assistant", "The deploy key is in the vault."),
     ]
     everything = json.dumps([m.model_dump(mode="json") for m in listed.memories])
     for secret in ("TOOL-RESULT-42", "TOOL-CALL-5", "SYSTEM-SECRET", "REASONING-SECRET"):
-        assert secret not in everything and secret not in raw.data.decode()
+        assert secret not in everything and secret not in raw.decode()
     assert everything.count("RECALLED-7") == 1  # the remembered memory itself, nothing more
     episodes = [m.content for m in listed.memories if m.type.value == "episode"]
     assert any("where does the deploy key live?" in e and "in the vault." in e for e in episodes)
@@ -119,16 +125,9 @@ async def test_a_final_answer_that_also_asks_for_tools_is_published_without_them
         await mw.after_prompt(ctx, replace(answer, final=True))
         await audit.wait("add_succeeded")
         await mw.drain()
-    subjects = Subjects(running.settings.namespace)
-    nc = await nats.connect(running.nats_url)
-    try:
-        raw = await nc.jetstream().get_last_msg(
-            subjects.stream("turns"), subjects.turns("acme", "gil", "g1")
-        )
-    finally:
-        await nc.close()
-    assert raw.data is not None and b"TOOL-CALL-77" not in raw.data
-    turn = TurnEvent.model_validate_json(raw.data)
+    raw = await last_turn(running, "acme", "gil", "g1")
+    assert b"TOOL-CALL-77" not in raw
+    turn = TurnEvent.model_validate_json(raw)
     assert [m.content for m in turn.messages] == [
         "which port does billing listen on?",
         "I hit my tool limit: billing listens on 8443.",
@@ -203,16 +202,8 @@ async def test_a_chat_id_names_the_session_chat_id(running) -> None:
         await audit.wait("add_succeeded")
         await mw.drain()
     assert audit.named("flush_succeeded") == []  # flush_s=None: no flush
-    subjects = Subjects(running.settings.namespace)
-    nc = await nats.connect(running.nats_url)
-    try:
-        raw = await nc.jetstream().get_last_msg(
-            subjects.stream("turns"), subjects.turns("acme", "hob", "chat:42")
-        )
-    finally:
-        await nc.close()
-    assert raw.data is not None
-    assert TurnEvent.model_validate_json(raw.data).session == "chat:42"
+    raw = await last_turn(running, "acme", "hob", "chat:42")
+    assert TurnEvent.model_validate_json(raw).session == "chat:42"
 
 
 async def test_two_owners_with_the_same_turn_both_store_it(running) -> None:
