@@ -59,12 +59,13 @@ class ChatMessage:
 
 @dataclass(frozen=True)
 class RecalledMemory:
-    """A memory injected into the context, with its source (seed 001: attribution)."""
+    """A memory injected into the context, with its source (seed 001: attribution).
+    ``score``: the calibrated score; None for a hit of a degraded (keyword only) reply."""
 
     id: str
     text: str
     type: str
-    score: float
+    score: float | None
     session: str
 
 
@@ -217,7 +218,8 @@ def neutral(text: str) -> str:
 def line(i: int, m: RecalledMemory) -> str:
     """One memory, on one line (a memory's own line breaks cannot start a fake entry)."""
     text = " / ".join(part.strip() for part in neutral(m.text).splitlines() if part.strip())
-    return f"[{i}] ({m.type}, score {m.score:.2f}) {text}"
+    score = "keyword match" if m.score is None else f"score {m.score:.2f}"
+    return f"[{i}] ({m.type}, {score}) {text}"
 
 
 def reference(memories: Sequence[RecalledMemory]) -> ChatMessage:

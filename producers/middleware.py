@@ -85,8 +85,9 @@ class MemoryMiddleware:
     """Recall-before and persist-after around a model call, over a ``MemoryClient``.
 
     Options: ``top_k`` memories at most (1..100; seed 001 suggests 3..8), ``token_budget``
-    for the reference message, ``min_score`` on the calibrated score (docs/recall.md; hits
-    without one, from a degraded reply, are kept only when ``min_score`` is 0),
+    for the reference message, ``min_score`` on the calibrated score (docs/recall.md),
+    ``keep_degraded``: whether the hits of a degraded reply (keyword recall only, which has no
+    calibrated score to hold to ``min_score``: seed 001's fallback) are injected, as ranked,
     ``deadline_s`` for recall,
     ``context`` / ``scopes`` / ``types`` narrow what is searched (the client's owner always
     bounds it), ``project`` is sent with recall and turns, ``gates`` tune the recall gates,
@@ -101,6 +102,7 @@ class MemoryMiddleware:
         top_k: int = 5,
         token_budget: int = 600,
         min_score: float = 0.2,
+        keep_degraded: bool = True,
         deadline_s: float = 0.5,
         context: Literal["all", "session", "resources"] = "all",
         scopes: Sequence[str] = (),
@@ -127,6 +129,7 @@ class MemoryMiddleware:
             raise ValueError(f"context must be all, session or resources, not {context!r}")
         self.client = client
         self.top_k, self.token_budget, self.min_score = top_k, token_budget, min_score
+        self.keep_degraded = keep_degraded
         self.deadline_s, self.flush_s = deadline_s, flush_s
         self.context, self.scopes, self.types = context, tuple(scopes), tuple(types)
         self.project = project
@@ -255,17 +258,18 @@ class MemoryMiddleware:
         return memories, True
 
     def _select(self, hits: Sequence[Hit]) -> tuple[RecalledMemory, ...]:
-        """Hits at or above ``min_score`` (calibrated), at most ``top_k``, and only as many
-        as fit the token budget with the reference message's frame."""
+        """Hits at or above ``min_score`` (calibrated; a hit without a calibrated score only
+        with ``keep_degraded``), at most ``top_k``, and only as many as fit the token budget
+        with the reference message's frame."""
         chosen: list[RecalledMemory] = []
         used = len(reference(()).content)
         for h in hits:
             score = h.calibrated
-            if score is None and self.min_score > 0:
+            if score is None and not self.keep_degraded:
                 continue
             if score is not None and score < self.min_score:
                 continue
-            memory = RecalledMemory(h.id, h.text, h.type.value, score or 0.0, h.session)
+            memory = RecalledMemory(h.id, h.text, h.type.value, score, h.session)
             cost = len(line(len(chosen) + 1, memory)) + 1
             if (used + cost) / _CHARS_PER_TOKEN > self.token_budget:
                 continue

@@ -108,7 +108,7 @@ async def test_min_score_top_k_and_token_budget(running) -> None:
             TurnContext([ChatMessage("user", query)], "c")
         )
         assert len(every.recalled) == 3
-        assert all(r.score >= 0 for r in every.recalled)
+        assert all(r.score is not None and r.score >= 0 for r in every.recalled)
         tight = await MemoryMiddleware(mem, min_score=0.0, top_k=5, token_budget=60).before_prompt(
             TurnContext([ChatMessage("user", query)], "d")
         )
@@ -271,3 +271,31 @@ async def test_a_tool_step_keeps_the_memories_its_turn_showed(running) -> None:
         shown = [m.content for m in step.messages if m.role == "memory"]
         assert len(shown) == 1 and "tzdata to 2024a" in shown[0]
         assert step.recalled == first.recalled
+
+
+async def test_a_degraded_reply_is_injected_as_keyword_matches(running) -> None:
+    """With the vector index away, recall answers from Postgres' keyword search (seed 001's
+    fallback): its hits have no calibrated score, and the middleware injects them anyway,
+    marked as keyword matches, unless told not to (``keep_degraded=False``)."""
+    audit = Audit()
+    async with running.client("acme", user="di") as mem:
+        await mem.remember("Di parks the red scooter in the basement garage", type="fact")
+        await running.worker.recall_off()
+        try:
+            async with running.worker.standby_recall():  # answered as in an index outage
+                ctx = await MemoryMiddleware(mem, audit=audit).before_prompt(
+                    TurnContext([ChatMessage("user", "where is the red scooter parked?")], "a")
+                )
+                strict = await MemoryMiddleware(mem, keep_degraded=False).before_prompt(
+                    TurnContext([ChatMessage("user", "is the red scooter in the garage?")], "b")
+                )
+        finally:
+            await running.worker.recall_on()
+    (ok,) = audit.named("recall_succeeded")
+    assert ok.metadata["degraded"] == ["vector_index"]
+    assert [(r.text, r.score) for r in ctx.recalled] == [
+        ("Di parks the red scooter in the basement garage", None)
+    ]
+    (ref,) = [m for m in ctx.messages if m.role == "memory"]
+    assert "(fact, keyword match) Di parks the red scooter" in ref.content
+    assert strict.recalled == () and all(m.role != "memory" for m in strict.messages)
