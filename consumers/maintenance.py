@@ -36,11 +36,18 @@ class Maintenance(ReadsServices):
         """Delete the points of memories forgotten, erased, superseded or expired whose delete
         did not happen (index down, process died: ``deletions``), then index memories kept in
         Postgres while the vector index was down: every one of them, ``limit`` at a time (an
-        outage of minutes leaves thousands). Returns how many were indexed."""
+        outage of minutes leaves thousands). Returns how many were indexed.
+
+        Only the memories written before the round began: under a steady ingest the store
+        stage always has some written and not yet marked indexed, which it indexes itself.
+        A round that took those too never ended while turns kept coming: it indexed a quarter
+        of a 40,000-turn benchmark's memories a second time, and no optimize or expiry ran
+        meanwhile (docs/benchmarks.md, "twenty-fifth session")."""
+        began = self.clock()
         if removed := await deletions.drain(self.pg, self.vectors):
             log.info("reconcile.deleted", count=removed)
         done = 0
-        while pending := await self.pg.unindexed(limit):
+        while pending := await self.pg.unindexed(limit, written_by=began):
             await indexing.index(self.pg, self.vectors, self.embedder, pending)
             log.info("reconcile.indexed", count=len(pending))
             done += len(pending)

@@ -233,8 +233,16 @@ class MemoryStore(RowsMixin):
 
     # --- Maintenance ------------------------------------------------------------------------
 
-    async def unindexed(self, limit: int = 256) -> list[MemoryRecord]:
-        found = [m for m in self.rows.values() if not m.indexed and m.deleted_at is None]
+    async def unindexed(
+        self, limit: int = 256, written_by: datetime | None = None
+    ) -> list[MemoryRecord]:
+        found = [
+            m
+            for m in self.rows.values()
+            if not m.indexed
+            and m.deleted_at is None
+            and (written_by is None or m.updated_at <= written_by)
+        ]
         return sorted(found, key=lambda m: m.created_at)[:limit]
 
     async def purge_expired(

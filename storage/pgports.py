@@ -221,7 +221,12 @@ class VectorDeletes(Protocol):
 class Maintenance(IndexRows, VectorDeletes, Protocol):
     """The reconciler's and sweeper's rows."""
 
-    async def unindexed(self, limit: int = 256) -> list[MemoryRecord]: ...
+    async def unindexed(
+        self, limit: int = 256, written_by: datetime | None = None
+    ) -> list[MemoryRecord]:
+        """Live memories not in the vector index, oldest first; ``written_by``: only those
+        last written at or before then (by the store's clock)."""
+        ...
 
     async def purge_expired(self, limit: int = 1000) -> list[Expired]: ...
 

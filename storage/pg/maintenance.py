@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import datetime
 
 from memstream.schemas.memory import MemoryRecord
 from memstream.storage.pg.base import PgBase
@@ -13,12 +14,16 @@ from memstream.storage.pg.sql import _COLUMNS, _queue_vector_deletes, _record
 class PgMaintenance(PgBase):
     """What the reconciler and the sweeper read and clear."""
 
-    async def unindexed(self, limit: int = 256) -> list[MemoryRecord]:
-        """Live memories not yet in the vector index (Qdrant was down when stored)."""
+    async def unindexed(
+        self, limit: int = 256, written_by: datetime | None = None
+    ) -> list[MemoryRecord]:
+        """Live memories not yet in the vector index (Qdrant was down when stored), oldest
+        first; ``written_by``: only those last written at or before then."""
         rows = await self._fetch(
             f"SELECT {_COLUMNS} FROM memories WHERE NOT indexed AND deleted_at IS NULL "
-            "ORDER BY created_at LIMIT $1",
+            "AND ($2::timestamptz IS NULL OR updated_at <= $2) ORDER BY created_at LIMIT $1",
             limit,
+            written_by,
         )
         return [_record(r) for r in rows]
 

@@ -3,6 +3,8 @@ management writes and the audit trail. Every test runs against PgStore and Memor
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 from storerows import Rows
 
 from memstream.storage.pg.sql import OwnerFilter
@@ -51,6 +53,21 @@ async def test_unindexed_until_marked(store: Store, rows: Rows) -> None:
     await store.tombstone(OwnerFilter(tenant="t1", user="u1"), b)
     await store.mark_indexed([a])
     assert await store.unindexed() == []
+
+
+async def test_unindexed_written_by_a_time(store: Store, rows: Rows, clock) -> None:
+    """``written_by`` keeps the memories last written at or before then: a memory written
+    later, or merged later (its new source makes it wait again), is left out."""
+    started = clock()
+    a = await rows.put(store)
+    clock.advance(seconds=10)
+    b = await rows.put(store)
+    assert [m.id for m in await store.unindexed(written_by=started)] == [a]
+    assert [m.id for m in await store.unindexed(written_by=clock())] == [a, b]
+    await store.mark_indexed([a])
+    assert await store.merge("t1", a, "e-near")  # at started + 10 s
+    assert await store.unindexed(written_by=started + timedelta(seconds=5)) == []
+    assert [m.id for m in await store.unindexed()] == [a, b]
 
 
 async def test_vector_delete_done_reindexes_a_revived_memory(store: Store, rows: Rows) -> None:

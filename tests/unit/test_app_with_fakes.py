@@ -4,9 +4,10 @@ shard in a temp dir. Only the command verbs that publish nothing run here (no bu
 
 from __future__ import annotations
 
+import asyncio
 import json
 import uuid
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, cast
 
@@ -238,3 +239,43 @@ async def test_remember_folds_a_near_duplicate_and_records_the_fold(services: Se
     assert apart.inserted and not apart.folded
     for user in ("bo", "ann"):
         assert len(await store.list_memories(OwnerFilter(tenant="acme", user=user))) == 2
+
+
+class Ingesting(MemoryStore):
+    """A store being written while the reconciler reads it: every ``unindexed`` call stores
+    one more memory, as the store stage does under a steady ingest, and time moves a second
+    a call (the stage marks its memories itself, after the round's read)."""
+
+    def __init__(self) -> None:
+        self.now = NOW
+        super().__init__(clock=lambda: self.now)
+        self.written = 0
+
+    async def unindexed(self, limit: int = 256, written_by: datetime | None = None):
+        found = await super().unindexed(limit, written_by)
+        self.now += timedelta(seconds=1)
+        self.written += 1
+        await put(self, f"turn {self.written} stored meanwhile")
+        return found
+
+
+async def test_a_reconcile_round_leaves_what_was_written_after_it_began(
+    tmp_path: Path, embedder
+) -> None:
+    """The round indexes the memories kept unindexed before it began, and ends: the ones
+    the stages write meanwhile are theirs to index. A round that chased them never ended
+    while turns kept coming (here: never, one row a read)."""
+    vectors = EdgeVectorIndex(tmp_path / "shard")
+    await vectors.ensure(embedder.dim)
+    store = Ingesting()
+    services = Services(Settings(state_dir=tmp_path), store, vectors, embedder, Redactor(key=b"k"))
+    try:
+        await put(store, "green tea in the morning")
+        await put(store, "black coffee at night")
+        worker = Worker(services, "nats://unused")
+        assert await asyncio.wait_for(worker.reconcile_once(limit=1), 10) == 2
+        assert await vectors.count("acme") == 2
+        left = await MemoryStore.unindexed(store)
+        assert len(left) == store.written and store.written >= 2
+    finally:
+        await vectors.close()
