@@ -52,7 +52,9 @@ async def reindex(settings: Settings, database_url: str, now: bool, schema: str 
     try:
         await vectors.ensure(embedder.dim)
         done = 0
-        while pending := await pg.unindexed(BATCH):
+        # what was marked, not what running workers store meanwhile (theirs to index)
+        began = pg.clock()
+        while pending := await pg.unindexed(BATCH, written_by=began):
             await indexing.index(pg, vectors, embedder, pending)
             done += len(pending)
         print(f"indexed {done} memories")
