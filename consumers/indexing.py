@@ -71,8 +71,11 @@ async def index(
     known: Mapping[str, Sequence[float]] | None = None,
 ) -> None:
     """Embed and upsert memories (idempotent), then mark them indexed in Postgres
-    (``upserted``, then ``IndexRows.mark_indexed``)."""
-    await pg.mark_indexed(await upserted(pg, vectors, embedder, memories, followers, known))
+    (``upserted``, then ``IndexRows.mark_indexed``), each only if its row is still the one
+    its point was built from (the followers' rows unchecked)."""
+    ids = await upserted(pg, vectors, embedder, memories, followers, known)
+    read = {m.id: m.updated_at for m in memories}
+    await pg.mark_indexed(ids, [read.get(i) for i in ids])
 
 
 async def upserted(

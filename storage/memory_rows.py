@@ -254,10 +254,14 @@ class RowsMixin:
         found = {f.id: f for m in memories for f in self._neighbours(m, turns, before=False)}
         return [found[i] for i in sorted(found)]
 
-    async def mark_indexed(self, ids: Sequence[str]) -> None:
-        for i in ids:
+    async def mark_indexed(
+        self, ids: Sequence[str], read: Sequence[datetime | None] | None = None
+    ) -> None:
+        versions = list(read) if read is not None else [None] * len(ids)
+        for i, at in zip(ids, versions, strict=True):
             if i in self.rows:
-                self._put(self.rows[i], indexed=True)
+                m = self.rows[i]
+                self._put(m, indexed=at is None or m.updated_at == at)
 
     # --- VectorDeletes ----------------------------------------------------------------------
 

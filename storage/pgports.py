@@ -207,7 +207,13 @@ class IndexRows(Protocol):
     ) -> list[MemoryRecord]:
         """The episodes right after each memory in its session (each once)."""
 
-    async def mark_indexed(self, ids: Sequence[str]) -> None: ...
+    async def mark_indexed(
+        self, ids: Sequence[str], read: Sequence[datetime | None] | None = None
+    ) -> None:
+        """The points of ``ids`` are in the vector index. ``read``: per id, the ``updated_at``
+        its point was built from (None: unchecked); a memory written since is marked not
+        indexed instead, since its point may be older than its row."""
+        ...
 
 
 class VectorDeletes(Protocol):

@@ -126,8 +126,14 @@ class PgIndexRows(PgBase):
         )
         return [_record(r) for r in rows]
 
-    async def mark_indexed(self, ids: Sequence[str]) -> None:
-        """The points of ``ids`` are in the vector index (idempotent).
+    async def mark_indexed(
+        self, ids: Sequence[str], read: Sequence[datetime | None] | None = None
+    ) -> None:
+        """The points of ``ids`` are in the vector index (idempotent). ``read``: per id, the
+        ``updated_at`` of the row its point was built from (None: unchecked). A row written
+        since is marked not indexed instead: its point may have overwritten a newer one (the
+        reconciler read the row, a merge or an update then changed it and indexed it, then
+        the reconciler's upsert landed), and the next reconcile round indexes it again.
 
         A row another transaction holds is left unmarked rather than waited for. The store
         stage marks a batch while the next batch's transaction upserts and folds into the
@@ -136,8 +142,18 @@ class PgIndexRows(PgBase):
         ``deadlock_timeout`` (1 s), stalling both batches. A row skipped is one that
         transaction re-indexes and marks itself (a new source resets ``indexed``), or, if it
         rolls back, that the maintenance loop indexes again (idempotent)."""
+        if read is None:
+            await self._fetch(
+                "UPDATE memories SET indexed = true WHERE id IN (SELECT id FROM memories "
+                "WHERE id = ANY($1::uuid[]) FOR NO KEY UPDATE SKIP LOCKED)",
+                list(ids),
+            )
+            return
         await self._fetch(
-            "UPDATE memories SET indexed = true WHERE id IN (SELECT id FROM memories "
+            "UPDATE memories m SET indexed = (q.read IS NULL OR m.updated_at = q.read) "
+            "FROM unnest($1::uuid[], $2::timestamptz[]) AS q(id, read) "
+            "WHERE m.id = q.id AND m.id IN (SELECT id FROM memories "
             "WHERE id = ANY($1::uuid[]) FOR NO KEY UPDATE SKIP LOCKED)",
             list(ids),
+            list(read),
         )

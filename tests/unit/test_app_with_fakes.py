@@ -279,3 +279,44 @@ async def test_a_reconcile_round_leaves_what_was_written_after_it_began(
         assert len(left) == store.written and store.written >= 2
     finally:
         await vectors.close()
+
+
+class Racing(MemoryStore):
+    """A store where a merge into ``target`` lands after the reconciler read the row and
+    before it marks it (a turn's exact duplicate, stored by the stage meanwhile)."""
+
+    def __init__(self) -> None:
+        self.now = NOW
+        super().__init__(clock=lambda: self.now)
+        self.target: str | None = None
+
+    async def mark_indexed(self, ids, read=None) -> None:
+        if self.target is not None:
+            self.now += timedelta(seconds=1)
+            assert await self.merge("acme", self.target, "e-meanwhile")
+            self.target = None
+        await super().mark_indexed(ids, read)
+
+
+async def test_a_memory_written_during_a_reconcile_is_indexed_again(
+    tmp_path: Path, embedder
+) -> None:
+    """The round's point of a memory merged after the round read it is older than the row:
+    the memory stays not indexed, and the next round indexes the row as it is now (its
+    point lists the new source)."""
+    vectors = EdgeVectorIndex(tmp_path / "shard")
+    await vectors.ensure(embedder.dim)
+    store = Racing()
+    services = Services(Settings(state_dir=tmp_path), store, vectors, embedder, Redactor(key=b"k"))
+    try:
+        store.target = await put(store, "green tea in the morning")
+        mid = store.target
+        worker = Worker(services, "nats://unused")
+        assert await worker.reconcile_once() == 1
+        assert [m.id for m in await store.unindexed()] == [mid]
+        assert await worker.reconcile_once() == 1
+        assert await store.unindexed() == []
+        record = (await vectors.fetch("acme", [mid]))[mid]
+        assert "e-meanwhile" in record["source_event_ids"]
+    finally:
+        await vectors.close()
