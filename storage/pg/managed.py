@@ -23,9 +23,10 @@ class PgManaged(PgBase):
         is rebuilt now, or by the reconciler when the index is away."""
         args: list[Any] = [memory_id, pinned]
         where = _where(flt, args, self.clock(), live=False)
+        args.append(self.clock())  # the store's clock, as every write: the reconciler compares it
         async with self._transaction() as con:
             row = await con.fetchrow(
-                f"UPDATE memories SET pinned = $2, updated_at = now(), indexed = false "
+                f"UPDATE memories SET pinned = $2, updated_at = ${len(args)}, indexed = false "
                 f"WHERE id = $1 AND {where} "
                 f"RETURNING {_COLUMNS}",
                 *args,
@@ -58,10 +59,11 @@ class PgManaged(PgBase):
             args.append(json.dumps(metadata))
             meta_sql = f", metadata = ${len(args)}::jsonb"
         where = _where(flt, args, self.clock(), live=True)
+        args.append(self.clock())  # the store's clock, as every write: the reconciler compares it
         async with self._transaction() as con:
             row = await con.fetchrow(
                 f"UPDATE memories SET content = $2, content_hash = $3, redactions = $4::jsonb,"
-                f" indexed = false, updated_at = now(){meta_sql} WHERE id = $1 AND {where} "
+                f" indexed = false, updated_at = ${len(args)}{meta_sql} WHERE id = $1 AND {where} "
                 f"AND fact_key IS NULL RETURNING {_COLUMNS}",
                 *args,
             )
