@@ -79,6 +79,28 @@ def owner_queries(
     ]
 
 
+def shard_arguments(p: argparse.ArgumentParser, points: int, queries: int) -> None:
+    """The options of a benchmark over ``loaded_shard``."""
+    p.add_argument("--points", type=int, default=points)
+    p.add_argument("--queries", type=int, default=queries)
+    p.add_argument("--owners", type=int, default=64)
+    p.add_argument("--dim", type=int, default=256)
+
+
+async def loaded_shard(
+    args: argparse.Namespace,
+) -> tuple[EdgeVectorIndex, list[tuple[list[float], VectorFilter]]]:
+    """A shard in a temp dir holding ``args.points`` points, and ``args.queries`` queries
+    over ``args.owners`` owners (``shard_arguments``); the same seed every run."""
+    rng = random.Random(1)
+    index = EdgeVectorIndex(Path(tempfile.mkdtemp()) / "c", flush_every_s=1e9)
+    await index.ensure(args.dim)
+    stored = points(args.points, args.dim, rng)
+    for lo in range(0, len(stored), 256):
+        await index.upsert(stored[lo : lo + 256])
+    return index, owner_queries(args.queries, args.dim, args.owners, rng)
+
+
 def lock_share(fn: Callable[[], object]) -> tuple[float, float]:
     """(wall ms, % of a counting loop's progress in this thread while ``fn`` ran in another,
     against the same loop alone for as long)."""

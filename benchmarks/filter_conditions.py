@@ -10,13 +10,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import random
-import tempfile
 import time
-from pathlib import Path
 
 import qdrant_edge as qe
-from engine_gil import owner_queries, points
+from engine_gil import loaded_shard, shard_arguments
 
 from memstream.storage.edge_layout import edge_filter, match_value, owner_key
 from memstream.storage.ports import VectorFilter
@@ -34,13 +31,7 @@ def variants(index: EdgeVectorIndex, flt: VectorFilter) -> dict[str, qe.Filter]:
 
 
 async def main(args: argparse.Namespace) -> None:
-    rng = random.Random(1)
-    index = EdgeVectorIndex(Path(tempfile.mkdtemp()) / "c", flush_every_s=1e9)
-    await index.ensure(args.dim)
-    stored = points(args.points, args.dim, rng)
-    for lo in range(0, len(stored), 256):
-        await index.upsert(stored[lo : lo + 256])
-    queries = owner_queries(args.queries, args.dim, args.owners, rng)
+    index, queries = await loaded_shard(args)
     names = list(variants(index, queries[0][1]))
     for name in names * 2:  # twice: the second round is the one to read
         requests = [
@@ -63,9 +54,6 @@ async def main(args: argparse.Namespace) -> None:
 
 if __name__ == "__main__":
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--points", type=int, default=30_000)
-    p.add_argument("--queries", type=int, default=384)
-    p.add_argument("--owners", type=int, default=64)
-    p.add_argument("--dim", type=int, default=256)
+    shard_arguments(p, points=30_000, queries=384)
     p.add_argument("--min-score", type=float, default=None)
     asyncio.run(main(p.parse_args()))

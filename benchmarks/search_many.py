@@ -9,24 +9,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import random
-import tempfile
 import time
-from pathlib import Path
 
-from engine_gil import owner_queries, points
-
-from memstream.storage.qdrant_edge import EdgeVectorIndex
+from engine_gil import loaded_shard, shard_arguments
 
 
 async def main(args: argparse.Namespace) -> None:
-    rng = random.Random(1)
-    index = EdgeVectorIndex(Path(tempfile.mkdtemp()) / "c", flush_every_s=1e9)
-    await index.ensure(args.dim)
-    stored = points(args.points, args.dim, rng)
-    for lo in range(0, len(stored), 256):
-        await index.upsert(stored[lo : lo + 256])
-    queries = owner_queries(args.queries, args.dim, args.owners, rng)
+    index, queries = await loaded_shard(args)
     for label, min_score in (("records", None), ("min_score 0.9", 0.9)) * 2:
         started = time.perf_counter()
         for _ in range(args.rounds):
@@ -38,9 +27,6 @@ async def main(args: argparse.Namespace) -> None:
 
 if __name__ == "__main__":
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--points", type=int, default=10_000)
-    p.add_argument("--queries", type=int, default=192)
-    p.add_argument("--owners", type=int, default=64)
-    p.add_argument("--dim", type=int, default=256)
+    shard_arguments(p, points=10_000, queries=192)
     p.add_argument("--rounds", type=int, default=5)
     asyncio.run(main(p.parse_args()))
