@@ -23,6 +23,7 @@ from memstream.pipeline import dedupe, lifecycle
 from memstream.schemas.errors import TransientError
 from memstream.schemas.memory import SHARED_SCOPES, Candidate, MemoryEvent, MemoryRecord
 from memstream.schemas.subjects import msg_id
+from memstream.storage.ports import VectorPoint
 
 
 async def publish_to_stage(deps: Deps, stage: str, cands: Sequence[Candidate]) -> None:
@@ -57,11 +58,12 @@ async def _reindex(
     keys: Sequence[tuple[str, str]],
     followers: AbstractSet[str] = frozenset(),
     known: Mapping[str, Sequence[float]] | None = None,
+    kept: dict[str, VectorPoint | None] | None = None,
 ) -> tuple[list[str], dict[str, MemoryRecord]]:
     """(Re)build the index points of these memories from their rows, in one read, one
     embedding call (none for the ``known`` vectors) and one upsert: the ids upserted, to be
     marked indexed (``_marked``), and the rows read; left to the reconciler when a store is
-    away."""
+    away. ``kept``: as in ``indexing.upserted``."""
     rows: dict[str, MemoryRecord] = {}
     try:
         started = time.perf_counter()
@@ -75,6 +77,7 @@ async def _reindex(
             followers,
             known,
             deps.stepped,
+            kept,
         )
     except TransientError as exc:
         log.warning("store.vector_deferred", count=len(keys), reason=str(exc))
@@ -83,25 +86,55 @@ async def _reindex(
     return ids, rows
 
 
-async def _marked(deps: Deps, ids: Sequence[str]) -> None:
-    """Mark upserted points indexed in Postgres. Bookkeeping for the reconciler, not an
-    output: it runs beside the batch's events, and a Postgres away leaves the rows to the
-    maintenance loop, which indexes them again (idempotent)."""
+async def _written_again(deps: Deps, points: Sequence[VectorPoint]) -> bool:
+    """Write again points a batch before may have overwritten with older ones; False, the
+    memories left to the maintenance loop, when the index is away."""
+    try:
+        for lo in range(0, len(points), indexing.UPSERT_SLICE):
+            await deps.vectors.upsert(points[lo : lo + indexing.UPSERT_SLICE])
+    except TransientError as exc:
+        log.warning("store.vector_deferred", count=len(points), reason=str(exc))
+        deps.index_behind.set()
+        return False
+    return True
+
+
+async def _marked(deps: Deps, ids: Sequence[str], rows: Mapping[str, MemoryRecord]) -> None:
+    """Mark upserted points indexed in Postgres, each only if its row is still the one of
+    ``rows`` its point was built from: a command's update or another batch's merge between
+    this read and the mark indexed the newer row itself, and this older point may have landed
+    after its own (``IndexRows.mark_indexed``). Bookkeeping for the reconciler, not an output:
+    it runs beside the batch's events, and a Postgres away leaves the rows to the maintenance
+    loop, which indexes them again (idempotent)."""
     if not ids:
         return
     try:
-        await deps.pg.mark_indexed(ids)
+        await deps.pg.mark_indexed(ids, [m.updated_at if (m := rows.get(i)) else None for i in ids])
     except TransientError as exc:
         log.warning("store.vector_deferred", count=len(ids), reason=str(exc))
         deps.index_behind.set()
 
 
 async def _announced(
-    deps: Deps, ids: Sequence[str], events: Sequence[tuple[MemoryEvent, str, bool]]
+    deps: Deps,
+    ids: Sequence[str],
+    rows: Mapping[str, MemoryRecord],
+    events: Sequence[tuple[MemoryEvent, str, bool]],
+    again: Sequence[VectorPoint] = (),
 ) -> None:
     """The upserted points marked indexed and the events out, side by side: the events wait
-    for nothing the marks write (recall reads the index), and the batch is acked after both."""
-    await asyncio.gather(_marked(deps, ids), _emit_all(deps, events))
+    for nothing the marks write (recall reads the index), and the batch is acked after both.
+    ``again``: points to write once more first (``store_begun``); each memory is recallable
+    already, by a point that may lack this batch's source."""
+
+    async def marked() -> None:
+        done = ids
+        if again and not await _written_again(deps, again):
+            gone = {p.id for p in again}
+            done = [i for i in ids if i not in gone]
+        await _marked(deps, done, rows)
+
+    await asyncio.gather(marked(), _emit_all(deps, events))
 
 
 async def settle(deps: Deps, merges: Merges) -> None:
@@ -198,6 +231,11 @@ async def store_begun(
         if new and (vector := k.candidate.vector) is not None
     ]
     deps.unindexed.update((u.memory_id, u) for u in waiting)
+    # memories the tail of a batch before indexes too: their points from here are written
+    # again once that tail has finished, so the newer point lands last (``Deps.indexing``)
+    ids = [mid for _, mid in keys]
+    clash = [mid for mid in dict.fromkeys(ids) if mid in deps.indexing]
+    deps.indexing.update(ids)
     events_of = [
         *merges.events,
         *(
@@ -207,9 +245,19 @@ async def store_begun(
     ]
 
     async def tail(before: Callable[[], Awaitable[None]]) -> None:
-        started = time.perf_counter()
         try:
-            upserted, rows = await _reindex(deps, keys, new_ids, known)
+            await _tail(before)
+        finally:
+            deps.indexing.subtract(ids)
+            for mid in ids:
+                if deps.indexing[mid] <= 0:
+                    deps.indexing.pop(mid, None)
+
+    async def _tail(before: Callable[[], Awaitable[None]]) -> None:
+        started = time.perf_counter()
+        kept: dict[str, VectorPoint | None] = dict.fromkeys(clash)
+        try:
+            upserted, rows = await _reindex(deps, keys, new_ids, known, kept)
         finally:  # in the index now, or left to the maintenance loop (the index away)
             for u in waiting:
                 deps.unindexed.pop(u.memory_id, None)
@@ -222,8 +270,10 @@ async def store_begun(
         started = time.perf_counter()
         await before()
         deps.stepped("order", started)
+        again = [p for p in kept.values() if p is not None]
         started = time.perf_counter()
-        await _announced(deps, upserted, _events(events_of, mates, keyed, created, at))
+        events = _events(events_of, mates, keyed, created, at)
+        await _announced(deps, upserted, rows, events, again)
         deps.stepped("announce", started)
 
     return len(keyed) + kept_alone, tail

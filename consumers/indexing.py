@@ -86,6 +86,7 @@ async def upserted(
     followers: bool | AbstractSet[str] = False,
     known: Mapping[str, Sequence[float]] | None = None,
     stepped: Callable[[str, float], None] | None = None,
+    kept: dict[str, VectorPoint | None] | None = None,
 ) -> list[str]:
     """Embed and upsert memories (idempotent); the ids upserted, for the caller to mark
     indexed in Postgres once it may (the store stage does it while its events go out).
@@ -95,7 +96,8 @@ async def upserted(
     reach the store stage out of order). ``known``: vectors already computed for the dated
     content of some memories (by id): only the others are embedded. ``stepped``: told the
     time spent reading contexts, embedding and building points, and upserting
-    (``Deps.stepped``)."""
+    (``Deps.stepped``). ``kept``: ids whose points the caller writes again later; each is
+    given the point written."""
     if not memories:
         return []
     step = stepped or _untimed
@@ -142,6 +144,8 @@ async def upserted(
     for lo in range(0, len(points), UPSERT_SLICE):
         await vectors.upsert(points[lo : lo + UPSERT_SLICE])
     step("upsert", started)
+    if kept:
+        kept.update((p.id, p) for p in points if p.id in kept)
     return [m.id for m in memories]
 
 

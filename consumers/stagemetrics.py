@@ -71,5 +71,5 @@ STEPS = {
     "points": "  of which points embedded and built",
     "upsert": "  of which points written (the index)",
     "order": "waiting for the batch before to finish",
-    "announce": "events and indexed marks",
+    "announce": "events, and indexed marks (after the points to write again)",
 }

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -69,6 +70,10 @@ class Deps(ReadsServices):
     # memories stored by a batch whose index write is still under way (``store_begun``): the
     # next batch's dedupe checks them beside its index search, which cannot find them yet
     unindexed: dict[str, Unindexed] = field(default_factory=dict)
+    # memories a store tail will index or is indexing (``store_begun``), how many tails each:
+    # a later batch that writes one of them re-reads and re-indexes it only after the tail
+    # before it ended, or the older point could land after its newer one
+    indexing: Counter[str] = field(default_factory=Counter)
     telemetry: WorkerMetrics | None = None  # Prometheus histograms (consumers/metrics.py)
     # seconds in all and batches, by step (``stagemetrics.STEPS``), for ``ops.stats``
     steps: dict[str, list[float]] = field(default_factory=dict)

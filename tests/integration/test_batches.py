@@ -6,6 +6,7 @@ process too."""
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -32,6 +33,7 @@ from memstream.consumers.dlq import dead_letters
 from memstream.consumers.stages import _redact_candidate, carried, with_vectors
 from memstream.consumers.topology import topology
 from memstream.pipeline.lexical import dated
+from memstream.schemas.errors import TransientError
 from memstream.schemas.memory import Candidate, MemoryType, Owner
 from memstream.schemas.subjects import DLQ_REASON_HEADER, MSG_ID_HEADER, STAGES, msg_id
 from memstream.storage.ports import VectorFilter
@@ -356,3 +358,84 @@ async def test_fused_batches_without_a_helper_overlap(running) -> None:
         assert not (await episodes())["w0"].indexed, "the second batch waited for the first"
         await running.wait_for(running.drained, 30, "ingestion")
     assert all(m.indexed for m in (await episodes()).values())
+
+
+async def test_a_memory_changed_after_its_batch_read_it_is_left_to_the_reconciler(
+    running, clock
+) -> None:
+    """A memory whose row changes between the store stage's read and its mark (a command's
+    update, another process's merge, each indexing the row itself) is left not indexed: the
+    batch's point may have landed after the newer one, and the reconciler indexes the row as
+    it is."""
+    deps = running.worker.deps
+    c = candidate(3, distinct_note(3))
+    mark = running.pg.mark_indexed
+
+    async def meanwhile(ids: Any, read: Any = None) -> None:
+        clock.advance(seconds=1)
+        for mid in ids:
+            assert await running.pg.merge("acme", mid, "e-meanwhile")
+        await mark(ids, read)
+
+    running.pg.mark_indexed = meanwhile
+    try:
+        assert await stored(deps, [c]) == 1
+    finally:
+        del running.pg.mark_indexed
+    left = [m for m in await running.pg.unindexed() if m.content == c.content]
+    assert len(left) == 1 and "e-meanwhile" in left[0].source_event_ids
+
+
+class AwayAfterOneUpsert:
+    """A worker's real index that goes away after one upsert: a tail whose points went in,
+    then could not write them again."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner, self.upserts = inner, 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    async def upsert(self, points: Any) -> None:
+        self.upserts += 1
+        if self.upserts > 1:
+            raise TransientError("index away")
+        await self.inner.upsert(points)
+
+
+@pytest.mark.parametrize("index_stays", [True, False])
+async def test_a_batch_merging_into_a_memory_being_indexed_writes_its_point_after(
+    running, clock, index_stays: bool
+) -> None:
+    """A batch that merges into a memory whose index write, begun by the batch before, is
+    still under way (overlapped batches: ``store_begun``) writes its own point of that memory
+    again after that write: the point the index keeps lists both sources. If the index went
+    away meanwhile, the memory is left not indexed, for the maintenance loop."""
+    deps = running.worker.deps
+    index = running.worker.services.vectors
+    first = candidate(4, distinct_note(4))
+    again = candidate(5, distinct_note(4))  # the same note from another turn: an exact merge
+    running.worker.services.vectors = SlowUpserts(index, 1.0)
+    _, tail = await store_begun(deps, [first])
+    earlier = asyncio.ensure_future(tail(nothing))
+    await asyncio.sleep(0.2)  # the first batch's upsert is held back
+    clock.advance(seconds=1)
+    _, later = await store_begun(deps, [again])
+
+    async def before() -> None:
+        await earlier
+
+    running.worker.services.vectors = index if index_stays else AwayAfterOneUpsert(index)
+    await later(before)
+    flt = OwnerFilter(tenant="acme", user="bo")
+    (memory,) = [m for m in await running.pg.list_memories(flt) if m.content == first.content]
+    assert set(memory.source_event_ids) == {"e4", "e5"}
+    left = {m.id for m in await running.pg.unindexed()}
+    assert (memory.id in left) is not index_stays
+    running.worker.services.vectors = index  # back: the maintenance loop indexes what is left
+    for _ in range(200):  # 10 s
+        if memory.id not in {m.id for m in await running.pg.unindexed()}:
+            break
+        await asyncio.sleep(0.05)
+    record = (await index.fetch("acme", [memory.id]))[memory.id]
+    assert set(record["source_event_ids"]) == {"e4", "e5"}
