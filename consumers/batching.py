@@ -77,6 +77,13 @@ class BatchStage(Generic[T]):
     begin: Begin[T] | None = None
 
 
+# how long an idle stage loop's fetch waits for a first message (a message that arrives
+# meanwhile is delivered at once; nothing is slower under load). A stop waits for the fetch
+# under way to end, not to strand what its request still delivers: at 1 s every worker stop
+# took 0.85 s more. Idle, the loops ask the server 4 times a second instead of once.
+FETCH_WAIT_S = 0.25
+
+
 @dataclass
 class Overlap:
     """How a batch begun ahead shares the pipeline with the one before it (``PullLoops``):
@@ -275,7 +282,7 @@ class PullLoops:
                     sub.gone = False
                     await self.heal(stage)
                 try:
-                    msgs = await sub.fetch(self.size, wait_s=1.0)
+                    msgs = await sub.fetch(self.size, wait_s=FETCH_WAIT_S)
                 except TimeoutError:
                     continue
                 except Exception as exc:  # noqa: BLE001 - NATS away or reconnecting: fetch again soon
@@ -376,7 +383,7 @@ class PullLoops:
             log.exception("stage.batch_error", stage=stage)
 
     async def stop(self, grace_s: float = 10.0) -> None:
-        """Stop fetching: a fetch under way ends within its 1 s timeout and hands back what it
+        """Stop fetching: a fetch under way ends within ``FETCH_WAIT_S`` and hands back what it
         got (cancelling it could strand delivered messages until ``ack_wait``); a batch in hand
         is finished. After ``grace_s`` the loops are cancelled."""
         self._stopping = True
