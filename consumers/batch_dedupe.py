@@ -17,10 +17,9 @@ import numpy as np
 from memstream.consumers.logs import log
 from memstream.consumers.stages import Deps, carried, event_of, near_filter
 from memstream.pipeline import dedupe
-from memstream.pipeline.lexical import dated
 from memstream.pipeline.plan import Action, plan
 from memstream.schemas.errors import TransientError
-from memstream.schemas.memory import SHARED_SCOPES, Candidate, MemoryEvent
+from memstream.schemas.memory import SHARED_SCOPES, Candidate, MemoryEvent, dated
 from memstream.storage.ports import RecordHit
 
 # below the near-duplicate threshold by this much, the engine still returns a hit: its cosine

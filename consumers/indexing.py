@@ -12,8 +12,8 @@ from collections.abc import Set as AbstractSet
 from typing import Any
 
 from memstream.consumers.offload import EMBED_SLICE, Slices
-from memstream.pipeline.lexical import dated, document_vector
-from memstream.schemas.memory import MemoryRecord, MemoryType
+from memstream.pipeline.lexical import document_vector
+from memstream.schemas.memory import MemoryRecord, MemoryType, dated
 from memstream.storage.pgports import IndexRows
 from memstream.storage.ports import Embedder, VectorIndex, VectorPoint
 

@@ -22,11 +22,10 @@ from memstream.consumers.offload import offload
 from memstream.consumers.stages import Deps, _redact_candidate, near_filter
 from memstream.pipeline import dedupe, lifecycle
 from memstream.pipeline import remember as rules
-from memstream.pipeline.lexical import dated
 from memstream.pipeline.plan import Action, Neighbour, plan
 from memstream.schemas.commands import RememberRequest
 from memstream.schemas.errors import TransientError
-from memstream.schemas.memory import Candidate
+from memstream.schemas.memory import Candidate, dated
 from memstream.storage.postgres import OwnerFilter
 
 

@@ -25,7 +25,6 @@ from memstream.consumers.stagemetrics import StageMetrics
 from memstream.pipeline import dedupe, lifecycle, llm_extract
 from memstream.pipeline.dedupe import Unindexed
 from memstream.pipeline.extract import extract
-from memstream.pipeline.lexical import dated
 from memstream.pipeline.redact import Redacts
 from memstream.schemas.errors import InvalidMessage, PermanentError, TransientError, describe
 from memstream.schemas.events import TurnEvent
@@ -36,6 +35,7 @@ from memstream.schemas.memory import (
     MemoryEvent,
     MemoryRecord,
     Owner,
+    dated,
 )
 from memstream.schemas.subjects import (
     MSG_ID_HEADER,

@@ -53,8 +53,8 @@ from memstream.gateway.models import Body, Id
 from memstream.producers.client import CommandError, MemoryClient
 from memstream.producers.errors import RecallError
 from memstream.schemas.errors import ErrorCode, describe
-from memstream.schemas.memory import MemoryRecord, MemoryType, Scope
-from memstream.schemas.recall import Method
+from memstream.schemas.memory import MemoryRecord, MemoryType, Scope, dated
+from memstream.schemas.recall import MAX_QUERY_CHARS, Method
 
 router = APIRouter(prefix="/api/agent-memory", tags=["agent memory (seed 004)"])
 
@@ -201,10 +201,13 @@ async def commit_learning(
 
 async def _near_duplicate(mem: MemoryClient, content: str, tier: MemoryType) -> str | None:
     """The owner's own memory of this tier that the content duplicates, if any. The search
-    is no read by the agent: it counts no access (``touch``)."""
+    is no read by the agent: it counts no access (``touch``). The content is dated as a
+    memory committed now is (``dated``): stored vectors are of dated text, and the same
+    words undated scored 0.78 against their own memory, so only the worker's own exact and
+    near-duplicate checks ever found one."""
     try:
         near = await mem.recall(
-            content[:10_000],
+            dated(content, datetime.now(UTC))[:MAX_QUERY_CHARS],
             top_k=5,
             method=Method.VECTOR,
             types=[tier],

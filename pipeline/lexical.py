@@ -22,7 +22,6 @@ import re
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
 from functools import lru_cache
 
 from py_rust_stemmers import SnowballStemmer
@@ -108,8 +107,3 @@ def document_vector(
 def query_vector(text: str) -> dict[int, float]:
     """Each distinct query stem with weight 1 (the index applies IDF)."""
     return {term_id(t): 1.0 for t in dict.fromkeys(terms(text))}
-
-
-def dated(text: str, when: datetime) -> str:
-    """``[8 May 2023] text``: the date as words, so questions naming a month or year match."""
-    return f"[{when.day} {when:%B %Y}] {text}"

@@ -17,6 +17,14 @@ from memstream.schemas.ids import owner_key
 MAX_CANDIDATE_CHARS = 50_000
 
 
+def dated(text: str, when: datetime) -> str:
+    """``[8 May 2023] text``: the text a memory's dense vector is made of (the date as words,
+    so questions naming a month or year match). A check for a stored memory that a text
+    duplicates embeds the text dated the same way: the same text undated scores ~0.8 against
+    its own dated vector, under any near-duplicate threshold."""
+    return f"[{when.day} {when:%B %Y}] {text}"
+
+
 class MemoryType(StrEnum):
     EPISODE = "episode"
     PROFILE = "profile"

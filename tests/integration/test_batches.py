@@ -32,9 +32,8 @@ from memstream.consumers.chains import batch_stage
 from memstream.consumers.dlq import dead_letters
 from memstream.consumers.stages import _redact_candidate, carried, with_vectors
 from memstream.consumers.topology import topology
-from memstream.pipeline.lexical import dated
 from memstream.schemas.errors import TransientError
-from memstream.schemas.memory import Candidate, MemoryType, Owner
+from memstream.schemas.memory import Candidate, MemoryType, Owner, dated
 from memstream.schemas.subjects import DLQ_REASON_HEADER, MSG_ID_HEADER, STAGES, msg_id
 from memstream.storage.ports import VectorFilter
 from memstream.storage.postgres import OwnerFilter

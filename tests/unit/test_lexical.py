@@ -6,7 +6,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from memstream.pipeline.fuse import linear
-from memstream.pipeline.lexical import dated, document_vector, query_vector, term_id, terms
+from memstream.pipeline.lexical import document_vector, query_vector, term_id, terms
+from memstream.schemas.memory import dated
 
 
 def test_terms_lowercase_stem_and_drop_stopwords() -> None:

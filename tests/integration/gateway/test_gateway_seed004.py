@@ -411,3 +411,28 @@ async def test_queries_and_peer_reads_are_in_the_activity_log(gateway, tenant) -
         "memory_ids": [mid],
     }
     assert "secret-words" not in json.dumps([own, peer], default=str)
+
+
+async def test_commit_finds_a_rephrased_learning_of_the_agent(gateway, tenant) -> None:
+    """A learning committed again in other words (cosine 0.94 as stored, under the worker's
+    own 0.95 fold) is the agent's duplicate: the same memory, ``duplicate_detected``. Before,
+    the commit's search compared the undated text with the stored vectors of its dated text,
+    where even the same text scores 0.78, and stored it anew. A different learning on the
+    same tools is stored as new."""
+    key = await gateway.key(tenant, agent="scout")
+    h = auth(key)
+
+    async def commit(content: str) -> dict[str, object]:
+        body = {"agent_name": "scout", "content": content, "memory_type": "lesson_learned"}
+        r = await gateway.http.post("/api/agent-memory/commit", json=body, headers=h)
+        assert r.status_code == 200, r.text
+        out: dict[str, object] = r.json()
+        return out
+
+    first = await commit(
+        "The billing service times out when the batch is larger than 500 rows; split it."
+    )
+    again = await commit("Billing service times out for batches over 500 rows, so split them.")
+    assert again == {"memory_id": first["memory_id"], "duplicate_detected": True}
+    other = await commit("The billing service retries a failed charge three times.")
+    assert other["duplicate_detected"] is False and other["memory_id"] != first["memory_id"]
