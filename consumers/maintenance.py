@@ -42,16 +42,31 @@ class Maintenance(ReadsServices):
         stage always has some written and not yet marked indexed, which it indexes itself.
         A round that took those too never ended while turns kept coming: it indexed a quarter
         of a 40,000-turn benchmark's memories a second time, and no optimize or expiry ran
-        meanwhile (docs/benchmarks.md, "twenty-fifth session")."""
+        meanwhile (docs/benchmarks.md, "twenty-fifth session").
+
+        Nor the memories a store tail of this process is indexing (``Deps.indexing``): the
+        round began with a few hundred in flight, and indexed each a second time. The tail
+        marks them; one it could not index it leaves to the next round. Each read asks for
+        that many more rows, so a page of them cannot hide the older memories behind (a
+        merge puts an old memory back in flight)."""
         began = self.clock()
         if removed := await deletions.drain(self.pg, self.vectors):
             log.info("reconcile.deleted", count=removed)
+        # a worker not started (the reconciler alone, in tests) has no tail in flight
+        deps: Deps | None = getattr(self, "deps", None)
+        busy = deps.indexing if deps is not None else {}
         done = 0
-        while pending := await self.pg.unindexed(limit, written_by=began):
-            await indexing.index(self.pg, self.vectors, self.embedder, pending)
-            log.info("reconcile.indexed", count=len(pending))
-            done += len(pending)
-            if len(pending) < limit:
+        while True:
+            ask = limit + len(busy)
+            page = await self.pg.unindexed(ask, written_by=began)
+            pending = [m for m in page if m.id not in busy]
+            if pending:
+                await indexing.index(self.pg, self.vectors, self.embedder, pending)
+                log.info(
+                    "reconcile.indexed", count=len(pending), in_flight=len(page) - len(pending)
+                )
+                done += len(pending)
+            if len(page) < ask or not pending:
                 break
         return done
 

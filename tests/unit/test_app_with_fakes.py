@@ -320,3 +320,24 @@ async def test_a_memory_written_during_a_reconcile_is_indexed_again(
         assert "e-meanwhile" in record["source_event_ids"]
     finally:
         await vectors.close()
+
+
+async def test_a_reconcile_round_leaves_the_memories_a_store_tail_is_indexing(
+    services: Services,
+) -> None:
+    """A memory a store tail of this worker is indexing (``Deps.indexing``) is left to it,
+    and does not hide the memories after it from a round that reads one at a time; once the
+    tail is gone without marking it (the index was away), the next round indexes it."""
+    store = cast(MemoryStore, services.store)
+    busy = await put(store, "green tea in the morning")
+    other = await put(store, "black coffee at night")
+    worker = Worker(services, "nats://unused")
+    worker.deps = Deps(services, Subjects("t"), cast(Any, None))
+    worker.deps.indexing[busy] += 1
+    assert await worker.reconcile_once(limit=1) == 1
+    assert [m.id for m in await store.unindexed()] == [busy]
+    assert await worker.reconcile_once() == 0
+    del worker.deps.indexing[busy]
+    assert await worker.reconcile_once() == 1
+    assert await store.unindexed() == []
+    assert set(await services.vectors.fetch("acme", [busy, other])) == {busy, other}
