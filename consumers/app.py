@@ -122,6 +122,7 @@ class Worker(Maintenance):
             self.services,
             s,
             js,
+            max_payload=self._nc.max_payload,
             cache=cache,
             llm=(
                 LlmExtractor(self.settings.llm, self.redactor)

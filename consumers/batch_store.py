@@ -90,8 +90,7 @@ async def _written_again(deps: Deps, points: Sequence[VectorPoint]) -> bool:
     """Write again points a batch before may have overwritten with older ones; False, the
     memories left to the maintenance loop, when the index is away."""
     try:
-        for lo in range(0, len(points), indexing.UPSERT_SLICE):
-            await deps.vectors.upsert(points[lo : lo + indexing.UPSERT_SLICE])
+        await indexing.write_points(deps.vectors, points)
     except TransientError as exc:
         log.warning("store.vector_deferred", count=len(points), reason=str(exc))
         deps.index_behind.set()

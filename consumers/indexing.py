@@ -141,12 +141,17 @@ async def upserted(
         points.append(point(m, v, c))
     step("points", started)
     started = time.perf_counter()
-    for lo in range(0, len(points), UPSERT_SLICE):
-        await vectors.upsert(points[lo : lo + UPSERT_SLICE])
+    await write_points(vectors, points)
     step("upsert", started)
     if kept:
         kept.update((p.id, p) for p in points if p.id in kept)
     return [m.id for m in memories]
+
+
+async def write_points(vectors: VectorIndex, points: Sequence[VectorPoint]) -> None:
+    """Upsert points in slices of ``UPSERT_SLICE`` (why: there)."""
+    for lo in range(0, len(points), UPSERT_SLICE):
+        await vectors.upsert(points[lo : lo + UPSERT_SLICE])
 
 
 def _untimed(step: str, started: float) -> None:

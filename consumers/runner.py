@@ -130,7 +130,7 @@ class StageRunner:
             MSG_ID_HEADER: f"dlq:{self.name}:{raw.subject}:{seq}",
         }
         body = msg.body
-        if len(body) + _DLQ_HEADROOM > self.deps.js._nc.max_payload:
+        if len(body) + _DLQ_HEADROOM > self.deps.max_payload:
             # a body at the size limit cannot travel with the headers: the reason is kept,
             # the body is not (it could never be replayed through a stage anyway)
             headers[DLQ_BODY_HEADER] = f"dropped: {len(body)} bytes, over max_payload"

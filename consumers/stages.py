@@ -61,6 +61,9 @@ class Deps(ReadsServices):
     services: Services
     subjects: Subjects
     js: JetStreamContext
+    # the server's largest message (its INFO, read at connect): a dead letter whose body would
+    # not fit beside its headers travels without the body
+    max_payload: int = 1024 * 1024
     metrics: dict[str, StageMetrics] = field(default_factory=dict)
     cache: RecallCache | None = None
     llm: LlmExtractor | None = None  # MEMSTREAM_EXTRACTOR=rules+llm

@@ -126,7 +126,7 @@ async def test_dead_letter_at_the_payload_limit_keeps_its_reason(running) -> Non
     """A body so close to max_payload that the dead-letter headers cannot travel with it is
     dead-lettered without its body (a header says so), never redelivered in a loop."""
     s, js = running.worker.deps.subjects, running.worker.deps.js
-    limit = js._nc.max_payload
+    limit = running.worker.deps.max_payload
     body = b'{"content": "' + b"x" * (limit - 150) + b'"}'
 
     async def dead() -> bool:
