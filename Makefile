@@ -6,6 +6,9 @@ BIN    := $(VENV)/bin
 # the top-level folders that map into the memstream namespace (setup.py's FOLDERS)
 PACKAGES := $(filter-out tests,$(patsubst %/__init__.py,%,$(wildcard */__init__.py)))
 STAMP  := $(VENV)/.installed-stamp
+# pytest processes for the test targets: most of the suite waits on servers, subprocesses and
+# timers, so two processes on two cores took 389-409 s against 708 s in one (docs/benchmarks.md)
+TEST_WORKERS ?= 2
 
 .PHONY: install run test unit integration lint fmt bench-redaction bench-locomo bench-recall bench-vector-index bench-engine bench-faults bench-ingest clean
 
@@ -23,13 +26,13 @@ run: install
 
 ## lint, types, import contracts, then every test tier
 test: install lint
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q -n $(TEST_WORKERS)
 
 unit: install
-	$(BIN)/pytest -q tests/unit
+	$(BIN)/pytest -q -n $(TEST_WORKERS) tests/unit
 
 integration: install
-	$(BIN)/pytest -q tests/integration tests/contract
+	$(BIN)/pytest -q -n $(TEST_WORKERS) tests/integration tests/contract
 
 lint: install
 	$(BIN)/ruff check .
