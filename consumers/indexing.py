@@ -59,6 +59,7 @@ def point(m: MemoryRecord, vector: Sequence[float], context: Sequence[str]) -> V
         record=record_of(m),
         pinned=m.pinned,
         tags=tuple(m.tags),
+        version=m.updated_at.timestamp(),
     )
 
 

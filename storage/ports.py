@@ -23,6 +23,8 @@ class VectorPoint:
     ``sparse`` maps term-hash indices (0 <= i < 2**32) to BM25 document term weights; a point
     without it (``None`` or empty) has no keyword vector and never matches ``search_sparse``.
     ``record`` is stored unindexed and handed back by ``fetch`` and ``with_records=True``.
+    ``version``: when the memory's row was last changed (unix seconds, its ``updated_at``);
+    an upsert never replaces a stored point of a later version (``VectorIndex.upsert``).
     """
 
     id: str
@@ -40,6 +42,7 @@ class VectorPoint:
     pinned: bool = False
     tags: Sequence[str] = ()
     project: str | None = None
+    version: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,7 +87,11 @@ class VectorIndex(Protocol):
         """Create the collection and its payload indexes if missing (or add what is missing)."""
 
     async def upsert(self, points: Sequence[VectorPoint]) -> None:
-        """Insert or overwrite points by id: replaying an upsert changes nothing."""
+        """Insert or overwrite points by id: replaying an upsert changes nothing. A point
+        whose stored version is later than the one given is left as it is: the writers of one
+        memory's point (store stages in several processes, a command, the reconciler) each
+        build it from the row they read, and the older build may arrive last. A point without
+        a version is written as it is."""
 
     @overload
     async def search(
@@ -209,6 +216,9 @@ def sparse_pairs(sparse: Mapping[int, float]) -> tuple[list[int], list[float]]:
     return indices, [float(sparse[i]) for i in indices]
 
 
+VERSION_FIELD = "version"  # the payload field of ``VectorPoint.version``
+
+
 def payload_fields(p: VectorPoint) -> dict[str, Any]:
     """The fields of ``p`` both adapters store as its payload, absent values as null: all but
     the vectors and the record, whose form each adapter picks."""
@@ -224,4 +234,5 @@ def payload_fields(p: VectorPoint) -> dict[str, Any]:
         "expires_at": p.expires_at,
         "pinned": p.pinned,
         "tags": list(p.tags),
+        VERSION_FIELD: p.version,
     }

@@ -74,7 +74,7 @@ from memstream.storage.edge_layout import (
     payload,
 )
 from memstream.storage.edge_reads import EdgeReads
-from memstream.storage.ports import VectorPoint, sparse_pairs
+from memstream.storage.ports import VERSION_FIELD, VectorPoint, sparse_pairs
 
 __all__ = ["EdgeVectorIndex", "stored_dim"]
 
@@ -178,7 +178,7 @@ class EdgeVectorIndex(EdgeReads):
     async def _stored(self, ids: Sequence[str], tenant: str | None = None) -> list[Any]:
         """The stored points among ``ids`` (of ``tenant`` only, if given), with what the
         adapter counts (owner fields, expires_at, bm25): what an overwrite or a delete takes
-        out of the counts."""
+        out of the counts; and their versions (``upsert``)."""
         if not ids:
             return []
         shard = self.shard
@@ -187,7 +187,7 @@ class EdgeVectorIndex(EdgeReads):
             len(ids) <= self.direct_fetch_max,
             shard.retrieve,
             list(ids),
-            qe.PayloadSelector.Include(COUNTED_FIELDS),
+            qe.PayloadSelector.Include([*COUNTED_FIELDS, VERSION_FIELD]),
             [SPARSE_NAME],
         )
         if tenant is not None:
@@ -212,7 +212,9 @@ class EdgeVectorIndex(EdgeReads):
 
     async def upsert(self, points: Sequence[VectorPoint]) -> None:
         """Insert or overwrite by id (vectors, payload and record all replaced); durable
-        against a process crash when it returns."""
+        against a process crash when it returns. A point of a later version than the one
+        given stays (``VectorIndex.upsert``): the versions are read with the stored points
+        the counts need, under the write lock, and this process is the shard's only writer."""
         if not points:
             return
         for p in points:
@@ -225,10 +227,17 @@ class EdgeVectorIndex(EdgeReads):
             built += [
                 qe.Point(p.id, self._vectors(p), payload(p)) for p in points[lo : lo + _BUILD_SLICE]
             ]
-        op = qe.UpdateOperation.upsert_points(built)
         async with self._write_lock:  # statistics change with the write, never between
             counts = self._counts
             old = await self._stored(list(self._ids([p.id for p in points])))
+            later = _later_versions(old, points)
+            if later:
+                kept = [i for i, p in enumerate(points) if str(uuid.UUID(p.id)) not in later]
+                points, built = [points[i] for i in kept], [built[i] for i in kept]
+                old = [r for r in old if str(r.id) not in later]
+                if not points:
+                    return
+            op = qe.UpdateOperation.upsert_points(built)
             latest = {str(uuid.UUID(p.id)): p for p in points}  # the last one wins
             # new expiring points count before the write, old ones leave after it: a search
             # in between may check expiry needlessly, never skip it wrongly
@@ -335,3 +344,15 @@ class EdgeVectorIndex(EdgeReads):
             await self._in_thread("flush", shard.flush)
         finally:
             await self._in_thread("close", shard.close)
+
+
+def _later_versions(stored: Sequence[Any], points: Sequence[VectorPoint]) -> set[str]:
+    """The ids among ``points`` whose stored point has a later version than the one given."""
+    given = {str(uuid.UUID(p.id)): p.version for p in points if p.version is not None}
+    return {
+        str(r.id)
+        for r in stored
+        if (v := given.get(str(r.id))) is not None
+        and isinstance(was := (r.payload or {}).get(VERSION_FIELD), int | float)
+        and was > v
+    }

@@ -34,6 +34,7 @@ from qdrant_client.http.exceptions import ResponseHandlingException, UnexpectedR
 
 from memstream.schemas.errors import ConfigurationError, StorageUnavailable
 from memstream.storage.ports import (
+    VERSION_FIELD,
     Hit,
     IdfScope,
     Record,
@@ -188,20 +189,32 @@ class ServerVectorIndex:
 
     async def upsert(self, points: Sequence[VectorPoint]) -> None:
         """Insert or overwrite by id (vectors, payload and record all replaced); applied on
-        the server when it returns."""
+        the server when it returns. A stored point of a later version stays
+        (``VectorIndex.upsert``): the points of each version go in one operation whose
+        ``update_filter`` leaves later ones alone (a new point is inserted whatever the filter
+        says), all operations in one request. Processes anywhere may write the same point,
+        so the check is the server's, not a read before the write."""
         if not points:
             return
-        structs = []
+        by_version: dict[float | None, list[models.PointStruct]] = {}
         for p in points:
             self._check(p.vector)
             vectors: dict[str, Any] = {self.vector_name: list(p.vector)}
             if p.sparse:
                 indices, values = sparse_pairs(p.sparse)
                 vectors[SPARSE_NAME] = models.SparseVector(indices=indices, values=values)
-            structs.append(
+            by_version.setdefault(p.version, []).append(
                 models.PointStruct(id=str(uuid.UUID(p.id)), vector=vectors, payload=payload(p))
             )
-        await self._call("upsert", self._client.upsert(self.collection, structs, wait=True))
+        ops = [
+            models.UpsertOperation(
+                upsert=models.PointsList(points=structs, update_filter=_not_later_than(version))
+            )
+            for version, structs in by_version.items()
+        ]
+        await self._call(
+            "upsert", self._client.batch_update_points(self.collection, ops, wait=True)
+        )
 
     async def _query(
         self, action: str, with_records: bool, **query: Any
@@ -385,3 +398,12 @@ class ServerVectorIndex:
     async def close(self) -> None:
         """Close the client's connections (local mode: its files)."""
         await self._client.close()
+
+
+def _not_later_than(version: float | None) -> models.Filter | None:
+    """The stored points an upsert of ``version`` may overwrite: those without a later one
+    (a point without a version overwrites any)."""
+    if version is None:
+        return None
+    later = models.FieldCondition(key=VERSION_FIELD, range=models.Range(gt=version))
+    return models.Filter(must_not=[later])

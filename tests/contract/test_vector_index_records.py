@@ -122,6 +122,31 @@ async def test_reupsert_replaces_record_and_sparse_vector(index: VectorIndex) ->
     assert await index.search_sparse({2: 1.0}, flt, 5) == []
 
 
+async def test_an_older_version_never_replaces_a_later_point(index: VectorIndex) -> None:
+    """Each writer of a memory's point builds it from the row it read, and the older build
+    can arrive last: it leaves the later point as it is, in every leg and in the keyword
+    statistics, while a new point in the same call is written. The same version again, a
+    later one, and a point without a version each overwrite."""
+    later = point(axis(0), sparse={2: 1.0}, record={"v": 2}, version=NOW + 2)
+    await index.upsert([later])
+    older = point(axis(3), id=later.id, sparse={1: 1.0}, record={"v": 1}, version=NOW + 1)
+    new = point(axis(5), record={"v": "new"}, version=NOW)
+    await index.upsert([older, new])
+    flt = VectorFilter(tenant="acme")
+    assert await index.fetch("acme", [later.id, new.id]) == {
+        later.id: {"v": 2},
+        new.id: {"v": "new"},
+    }
+    assert await index.search_sparse({1: 1.0}, flt, 5) == []
+    assert [i for i, _ in await index.search_sparse({2: 1.0}, flt, 5)] == [later.id]
+    assert [i for i, _ in await index.search(axis(3), flt, 5) if i == later.id] == [later.id]
+    assert (await index.search(axis(0), flt, 1))[0][0] == later.id
+    for version, record in ((NOW + 2, "again"), (NOW + 3, "newer"), (None, "unversioned")):
+        await index.upsert([point(axis(0), id=later.id, record={"v": record}, version=version)])
+        assert await index.fetch("acme", [later.id]) == {later.id: {"v": record}}
+    assert await index.count() == 2
+
+
 async def test_delete_removes_from_every_leg(index: VectorIndex) -> None:
     """A deleted point leaves dense search, sparse search and fetch alike."""
     gone, kept = point(axis(0), record={"v": 1}), point(axis(0), record={"v": 2})

@@ -13,6 +13,7 @@ from typing import Any, cast
 
 import pytest
 
+from memstream.consumers import indexing
 from memstream.consumers.app import Worker
 from memstream.consumers.auth import Authenticator
 from memstream.consumers.commands import CommandService
@@ -341,3 +342,26 @@ async def test_a_reconcile_round_leaves_the_memories_a_store_tail_is_indexing(
     assert await worker.reconcile_once() == 1
     assert await store.unindexed() == []
     assert set(await services.vectors.fetch("acme", [busy, other])) == {busy, other}
+
+
+async def test_a_point_built_from_an_older_row_never_replaces_the_newer_one(
+    services: Services,
+) -> None:
+    """A writer that read a memory's row before a command changed it (a store tail in
+    flight, a reconcile round) may write its point after the command's: the index keeps the
+    point of the newer row, found by its text, and the older one is not written."""
+    now = [NOW]
+    store = MemoryStore(clock=lambda: now[0])
+    services = Services(
+        services.settings, store, services.vectors, services.embedder, services.redactor
+    )
+    deps = Deps(services, Subjects("t"), cast(Any, None))
+    mid = await put(store, "the standup moved to nine thirty")
+    flt = OwnerFilter(tenant="acme", user="ann")
+    (before,) = (await store.get_many(flt, [mid])).values()
+    now[0] = NOW + timedelta(minutes=5)
+    assert await store.update_content(flt, mid, "the standup moved to ten", "h2", None, {})
+    await deps.reindex("acme", [mid])
+    await indexing.upserted(store, services.vectors, services.embedder, [before])
+    (record,) = (await services.vectors.fetch("acme", [mid])).values()
+    assert record["text"] == "the standup moved to ten"
