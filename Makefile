@@ -7,7 +7,8 @@ BIN    := $(VENV)/bin
 PACKAGES := $(filter-out tests,$(patsubst %/__init__.py,%,$(wildcard */__init__.py)))
 STAMP  := $(VENV)/.installed-stamp
 # pytest processes for the test targets: most of the suite waits on servers, subprocesses and
-# timers, so two processes on two cores took 389-409 s against 708 s in one (docs/benchmarks.md)
+# timers, so two processes on two cores took 389-409 s against 708 s in one (docs/benchmarks.md,
+# "twenty-seventh session")
 TEST_WORKERS ?= 2
 
 .PHONY: install run test unit integration lint fmt bench-redaction bench-locomo bench-recall bench-vector-index bench-engine bench-faults bench-ingest clean
