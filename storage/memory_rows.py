@@ -261,7 +261,7 @@ class RowsMixin:
         for i, at in zip(ids, versions, strict=True):
             if i in self.rows:
                 m = self.rows[i]
-                self._put(m, indexed=at is None or m.updated_at == at)
+                self._put(m, indexed=at is None or m.updated_at == at or m.indexed)
 
     # --- VectorDeletes ----------------------------------------------------------------------
 

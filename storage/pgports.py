@@ -211,8 +211,8 @@ class IndexRows(Protocol):
         self, ids: Sequence[str], read: Sequence[datetime | None] | None = None
     ) -> None:
         """The points of ``ids`` are in the vector index. ``read``: per id, the ``updated_at``
-        its point was built from (None: unchecked); a memory written since is marked not
-        indexed instead, since its point may be older than its row."""
+        its point was built from (None: unchecked); a memory written since keeps its flag
+        (the change reset it; its writer marks it)."""
         ...
 
 

@@ -131,9 +131,12 @@ class PgIndexRows(PgBase):
     ) -> None:
         """The points of ``ids`` are in the vector index (idempotent). ``read``: per id, the
         ``updated_at`` of the row its point was built from (None: unchecked). A row written
-        since is marked not indexed instead: its point may have overwritten a newer one (the
-        reconciler read the row, a merge or an update then changed it and indexed it, then
-        the reconciler's upsert landed), and the next reconcile round indexes it again.
+        since keeps its flag: the change reset it, and its own writer marks it once its newer
+        point is in; the older point cannot have replaced that one (versioned points,
+        ``VectorIndex.upsert``). Forcing it to not indexed left a memory whose newer point
+        was in place for the next reconcile round, up to ``sweep_every_s`` later, whenever
+        the newer writer marked first (the reconciler's round against the store stage after
+        a restart: docs/benchmarks.md, "twenty-seventh session").
 
         A row another transaction holds is left unmarked rather than waited for. The store
         stage marks a batch while the next batch's transaction upserts and folds into the
@@ -150,7 +153,8 @@ class PgIndexRows(PgBase):
             )
             return
         await self._fetch(
-            "UPDATE memories m SET indexed = (q.read IS NULL OR m.updated_at = q.read) "
+            "UPDATE memories m SET indexed = (q.read IS NULL OR m.updated_at = q.read "
+            "OR m.indexed) "
             "FROM unnest($1::uuid[], $2::timestamptz[]) AS q(id, read) "
             "WHERE m.id = q.id AND m.id IN (SELECT id FROM memories "
             "WHERE id = ANY($1::uuid[]) FOR NO KEY UPDATE SKIP LOCKED)",

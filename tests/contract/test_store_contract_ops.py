@@ -71,22 +71,22 @@ async def test_unindexed_written_by_a_time(store: Store, rows: Rows, clock) -> N
 
 
 async def test_marked_indexed_only_as_read(store: Store, rows: Rows, clock) -> None:
-    """With the versions its points were built from, a memory written since is marked not
-    indexed (its point may be older than its row), even if another writer marked it; the
-    others, and an unchecked one, are marked."""
+    """With the versions its points were built from, a memory written since keeps its flag:
+    not indexed while the change's own writer has not marked it, indexed once it has (its
+    newer point is in, and the older one cannot replace it). The others, and an unchecked
+    one, are marked."""
     a = await rows.put(store)
     b = await rows.put(store)
     c = await rows.put(store)
     read = {m.id: m.updated_at for m in await store.unindexed()}
     clock.advance(seconds=1)
     assert await store.merge("t1", a, "e-later")  # written after the read
-    await store.mark_indexed([a])  # the writer indexed and marked it itself
     await store.mark_indexed([a, b, c], [read[a], read[b], None])
     assert [m.id for m in await store.unindexed()] == [a]
-    await store.mark_indexed([a], [read[a]])
-    assert [m.id for m in await store.unindexed()] == [a]
     fresh = {m.id: m.updated_at for m in await store.unindexed()}
-    await store.mark_indexed([a], [fresh[a]])
+    await store.mark_indexed([a], [fresh[a]])  # the merge's writer marks its newer point
+    assert await store.unindexed() == []
+    await store.mark_indexed([a], [read[a]])  # then the older writer's mark
     assert await store.unindexed() == []
 
 

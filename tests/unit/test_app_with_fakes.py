@@ -348,8 +348,9 @@ async def test_a_point_built_from_an_older_row_never_replaces_the_newer_one(
     services: Services,
 ) -> None:
     """A writer that read a memory's row before a command changed it (a store tail in
-    flight, a reconcile round) may write its point after the command's: the index keeps the
-    point of the newer row, found by its text, and the older one is not written."""
+    flight, a reconcile round) may write its point and its mark after the command's: the
+    index keeps the point of the newer row, found by its text, the older one is not
+    written, and the memory stays marked indexed (no reconcile round needed)."""
     now = [NOW]
     store = MemoryStore(clock=lambda: now[0])
     services = Services(
@@ -362,6 +363,7 @@ async def test_a_point_built_from_an_older_row_never_replaces_the_newer_one(
     now[0] = NOW + timedelta(minutes=5)
     assert await store.update_content(flt, mid, "the standup moved to ten", "h2", None, {})
     await deps.reindex("acme", [mid])
-    await indexing.upserted(store, services.vectors, services.embedder, [before])
+    await indexing.index(store, services.vectors, services.embedder, [before])
     (record,) = (await services.vectors.fetch("acme", [mid])).values()
     assert record["text"] == "the standup moved to ten"
+    assert await store.unindexed() == []
