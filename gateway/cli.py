@@ -26,6 +26,15 @@ def bind(host: str, port: int) -> socket.socket:
     return sock
 
 
+# The largest request head (request line and headers) the gateway reads. uvicorn's h11 parser
+# refuses a head once this much of it has arrived incomplete (its default: 16 KB), with a
+# plain-text 400 and a closed connection, which a client still sending sees as a reset: so a
+# long query string worked or failed by how the kernel split it. The routes' own limits admit
+# query strings of ~130 KB (``filters``: 10,000 characters, 12 bytes each percent-encoded);
+# their validation answers above those, in the error shape.
+MAX_REQUEST_HEAD = 256 * 1024
+
+
 class RunningGateway:
     """A uvicorn server on the caller's event loop (no signal handlers of its own)."""
 
@@ -52,7 +61,12 @@ async def start_gateway(
 
     app = create_app(GatewayConfig.from_settings(settings, nats_url))
     config = uvicorn.Config(
-        app, log_level="warning", access_log=False, lifespan="on", timeout_graceful_shutdown=5
+        app,
+        log_level="warning",
+        access_log=False,
+        lifespan="on",
+        timeout_graceful_shutdown=5,
+        h11_max_incomplete_event_size=MAX_REQUEST_HEAD,
     )
     server = uvicorn.Server(config)
     sock = bind(host, port)
