@@ -41,7 +41,12 @@ from memstream.schemas.subjects import MSG_ID_HEADER, STAGES, Subjects
 
 AUDIT_TENANT = "_console"  # audit events of actions that concern no tenant (login, logout)
 STREAM_KINDS = ("turns", "stages", "events", "dlq")
-STATS_WAIT_S = 0.3  # how long to collect workers' stats answers (after the first: 50 ms)
+# How long to wait for the first worker's stats answer, then for the others. A worker answers
+# once its store probes have (each bounded at 1 s: consumers/opsstats.py), and a loaded one
+# takes hundreds of milliseconds: with 0.3 s the overview showed busy workers as absent. Within
+# the overview's 2 s refresh, so an empty fleet still shows before the next one.
+STATS_WAIT_S = 1.5
+STATS_STRAGGLERS_S = 0.1
 HIDDEN = "(hidden: no worker answered to redact it)"
 EVENT_SCAN = 2000  # how far back the events page looks for one tenant's events
 
@@ -119,7 +124,7 @@ class ConsoleBackend(DeadLetters):
             await self.nc.publish(self.subjects.ops("stats"), b"", reply=inbox)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(first.wait(), STATS_WAIT_S)
-                await asyncio.sleep(0.05)  # stragglers: the other workers answer together
+                await asyncio.sleep(STATS_STRAGGLERS_S)  # the other workers
         finally:
             await sub.unsubscribe()
         return answers

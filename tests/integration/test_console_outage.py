@@ -1,5 +1,6 @@
-"""The web console's server and its NATS connection stopped while NATS is away: at once,
-without an error, and closed rather than left reconnecting."""
+"""The web console when NATS or a worker is slow or away: stopped while NATS is away, at once,
+without an error, and closed rather than left reconnecting; a worker that answers slowly still
+counted on the overview."""
 
 from __future__ import annotations
 
@@ -7,12 +8,15 @@ import asyncio
 import time
 import urllib.request
 from pathlib import Path
+from typing import Any
 
+import nats
 import pytest
 
 from memstream.console import ConsoleBackend, serve, standalone
 from memstream.consumers.embedded import EmbeddedNats
 from memstream.schemas.settings import Settings
+from memstream.schemas.subjects import Subjects
 
 pytestmark = pytest.mark.integration
 
@@ -39,3 +43,27 @@ async def test_console_stops_at_once_while_nats_is_away(tmp_path: Path) -> None:
         assert took < 3, f"the stop took {took:.1f} s"
     finally:
         server_nats.stop()
+
+
+async def test_the_overview_counts_a_worker_that_answers_slowly(
+    tmp_path: Path, nats_url: str, namespace: str
+) -> None:
+    """A worker answers the stats request once its store probes have (each bounded at 1 s),
+    which takes a loaded worker hundreds of milliseconds: one answering after 0.7 s is still
+    counted, not shown as absent."""
+    nc = await nats.connect(nats_url)
+
+    async def slow(msg: Any) -> None:
+        await asyncio.sleep(0.7)
+        await msg.respond(b'{"worker": "busy:1"}')
+
+    await nc.subscribe(Subjects(namespace).ops("stats"), cb=slow)
+    await nc.flush()
+    backend = await ConsoleBackend.connect(
+        Settings(state_dir=tmp_path / "state", namespace=namespace), nats_url
+    )
+    try:
+        assert await backend.worker_stats() == [{"worker": "busy:1"}]
+    finally:
+        await backend.close()
+        await nc.close()
