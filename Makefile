@@ -6,10 +6,13 @@ BIN    := $(VENV)/bin
 # the top-level folders that map into the memstream namespace (setup.py's FOLDERS)
 PACKAGES := $(filter-out tests,$(patsubst %/__init__.py,%,$(wildcard */__init__.py)))
 STAMP  := $(VENV)/.installed-stamp
-# pytest processes for the test targets: most of the suite waits on servers, subprocesses and
-# timers, so two processes on two cores took 389-409 s against 708 s in one (docs/benchmarks.md,
-# "twenty-seventh session")
-TEST_WORKERS ?= 2
+# pytest processes for the test targets (`make test TEST_WORKERS=2`; unset: one). Most of the
+# suite waits on servers, subprocesses and timers, so two processes on two cores took 380-410 s
+# against 708 s in one (docs/benchmarks.md, "twenty-seventh session"); but the load they add
+# brought out timing failures, two fixed and one not yet (an index-process hand-over test), so
+# CI runs the suite in one process until that is understood
+TEST_WORKERS ?=
+PYTEST_N := $(if $(TEST_WORKERS),-n $(TEST_WORKERS))
 
 .PHONY: install run test unit integration lint fmt bench-redaction bench-locomo bench-recall bench-vector-index bench-engine bench-faults bench-ingest clean
 
@@ -27,13 +30,13 @@ run: install
 
 ## lint, types, import contracts, then every test tier
 test: install lint
-	$(BIN)/pytest -q -n $(TEST_WORKERS)
+	$(BIN)/pytest -q $(PYTEST_N)
 
 unit: install
-	$(BIN)/pytest -q -n $(TEST_WORKERS) tests/unit
+	$(BIN)/pytest -q $(PYTEST_N) tests/unit
 
 integration: install
-	$(BIN)/pytest -q -n $(TEST_WORKERS) tests/integration tests/contract
+	$(BIN)/pytest -q $(PYTEST_N) tests/integration tests/contract
 
 lint: install
 	$(BIN)/ruff check .

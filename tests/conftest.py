@@ -62,8 +62,8 @@ def pytest_asyncio_loop_factories(
 
 def _loop_that_dumps_its_tasks() -> asyncio.AbstractEventLoop:
     """A uvloop loop that writes every task's stack to ``memstream-asyncio-tasks-<pid>.txt``
-    in the temp folder on SIGUSR1 (``kill -USR1`` the pytest process, under ``make test`` the
-    xdist worker running the test; pytest holds stderr):
+    in the temp folder on SIGUSR1 (``kill -USR1`` the pytest process, or with
+    ``TEST_WORKERS`` the xdist worker running the test; pytest holds stderr):
     a run hung on an idle loop shows what each task awaits. pytest-timeout's signal cannot
     interrupt such a wait, hence its thread method (pyproject.toml), which shows the threads
     only."""
