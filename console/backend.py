@@ -28,7 +28,7 @@ from pydantic import ValidationError
 from memstream.console.dead_letters import DeadLetters
 from memstream.console.errors import ConsoleError
 from memstream.console.overview import Rates, summary
-from memstream.producers.connection import let_go
+from memstream.producers.connection import let_go, request
 from memstream.schemas.commands import VERBS, CommandReply
 from memstream.schemas.errors import ErrorReply, describe
 from memstream.schemas.memory import MemoryEvent
@@ -215,9 +215,7 @@ class ConsoleBackend(DeadLetters):
 
     async def _request(self, subject: str, payload: bytes) -> bytes:
         try:
-            msg = await self.nc.request(
-                subject, payload, timeout=self.settings.recall_timeout_s * 5
-            )
+            msg = await request(self.nc, subject, payload, self.settings.recall_timeout_s * 5)
         except NoRespondersError:
             raise ConsoleError("no memory worker is running") from None
         except (TimeoutError, NatsTimeout):

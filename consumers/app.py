@@ -39,6 +39,7 @@ from memstream.consumers.natsconn import (
     WorkerBroker,
     api_keys_required,
     broker_options,
+    leave_queue,
     nats_options,
     reconnect_forever,
 )
@@ -256,9 +257,9 @@ class Worker(Maintenance):
         (``standby_recall``), and a request left here would wait for the optimize."""
         sub, self._recall_sub = self._recall_sub, None
         if sub is not None:
-            # drain: the requests the server routed here before it took this process out of
-            # the group are still handed to the callback, none is dropped
-            await sub.drain()
+            # the requests the server routed here before it took this process out of the
+            # group are still handed to the callback, none is dropped
+            await leave_queue(self._nc, sub)
         if self._tasks:  # the requests' tasks (and their cache writes) finish first
             await asyncio.wait(set(self._tasks), timeout=self.settings.recall_deadline_s)
 
@@ -282,7 +283,7 @@ class Worker(Maintenance):
             yield
         finally:
             with contextlib.suppress(Exception):  # NATS away: the subscription goes with it
-                await sub.drain()  # the requests routed here before it left are answered
+                await leave_queue(self._nc, sub)  # the requests routed here are answered
             self.recall.served += service.served
             self.recall.failed += service.failed
 
@@ -377,7 +378,7 @@ class Worker(Maintenance):
                 await sub.unsubscribe()
         if self._recall_sub is not None and not closed:
             if self._nc is not None and self._nc.is_connected:
-                await self._recall_sub.drain()
+                await leave_queue(self._nc, self._recall_sub)
             else:  # a drain waits for the server: the requests left time out at the agent
                 await self._recall_sub.unsubscribe()
         # a start stopped part way (a signal during start-up) has not made them all yet

@@ -31,7 +31,7 @@ from nats.errors import NoRespondersError
 from nats.errors import TimeoutError as NatsTimeout
 from pydantic import BaseModel, ValidationError
 
-from memstream.producers.connection import NatsAuth, let_go, servers
+from memstream.producers.connection import NatsAuth, let_go, request, servers
 from memstream.producers.errors import (
     CommandError,
     MemoryClientError,
@@ -293,7 +293,7 @@ class MemoryClient(Publishing, Verbs):
     ) -> bytes:
         try:
             await self.connect()
-            msg = await self._nc.request(subject, payload, timeout=wait_s)
+            msg = await request(self._nc, subject, payload, wait_s)
         except NoRespondersError:
             raise error(ErrorCode.UNAVAILABLE, "no memory worker is running") from None
         except (TimeoutError, NatsTimeout):
