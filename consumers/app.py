@@ -81,6 +81,7 @@ class Worker(Maintenance):
     _floors: asyncio.Task[None] | None = field(init=False, default=None)
     _tasks: set[asyncio.Task[Any]] = field(init=False, default_factory=set)
     _recall_sub: Any = field(init=False, default=None)
+    _command_subs: list[Any] = field(init=False, default_factory=list)  # faststream's
     _stats_sub: Any = field(init=False, default=None)
     _redact_sub: Any = field(init=False, default=None)
     _recall_slots: asyncio.Semaphore = field(
@@ -200,13 +201,14 @@ class Worker(Maintenance):
         """The recall responder and the command responders (queue groups: one process of
         the deployment answers each request)."""
         self._recall_sub = await self._subscribe_recall(self.recall)
-        for verb in VERBS:
-            self.broker.subscriber(s.cmd(verb), queue=s.queue_group, ack_policy=AckPolicy.MANUAL)(
-                self._command_handler(verb)
+        handlers = {verb: self._command_handler(verb) for verb in VERBS}
+        handlers["whoami"] = self._whoami_handler()
+        for verb, handler in handlers.items():
+            subscriber = self.broker.subscriber(
+                s.cmd(verb), queue=s.queue_group, ack_policy=AckPolicy.MANUAL
             )
-        self.broker.subscriber(s.cmd("whoami"), queue=s.queue_group, ack_policy=AckPolicy.MANUAL)(
-            self._whoami_handler()
-        )
+            subscriber(handler)
+            self._command_subs.append(subscriber)
 
     @staticmethod
     def _handler(runner: StageRunner) -> Any:
@@ -365,6 +367,27 @@ class Worker(Maintenance):
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
+    async def _leave_request_groups(self) -> None:
+        """Leave the recall and command queue groups, answering every request already routed
+        here (``leave_queue``): the deployment's other workers answer from now on, and in a
+        rolling restart no agent's request is left to time out in a stopping worker (a plain
+        unsubscribe, faststream's stop, drops what waits in the client)."""
+        leaving = [(self._nc, self._recall_sub)] if self._recall_sub is not None else []
+        self._recall_sub = None
+        for subscriber in self._command_subs:
+            if subscriber.subscription is not None:
+                leaving.append((subscriber.connection, subscriber.subscription))
+                subscriber.subscription = None  # left here: faststream's stop skips it
+        connected = all(nc is not None and nc.is_connected for nc, _ in leaving)
+        if connected:  # NATS lost on the way: what was not answered times out at the agent
+            await asyncio.gather(
+                *(leave_queue(nc, sub) for nc, sub in leaving), return_exceptions=True
+            )
+        else:  # a drain waits for the server: the requests left time out at the agent
+            for _, sub in leaving:
+                with contextlib.suppress(nats.errors.Error):
+                    await sub.unsubscribe()
+
     async def stop(self) -> None:
         self._stopping = True
         for task in (self._reconciler, self._floors):
@@ -376,11 +399,8 @@ class Worker(Maintenance):
         for sub in (self._stats_sub, self._redact_sub):
             if sub is not None and not closed:
                 await sub.unsubscribe()
-        if self._recall_sub is not None and not closed:
-            if self._nc is not None and self._nc.is_connected:
-                await leave_queue(self._nc, self._recall_sub)
-            else:  # a drain waits for the server: the requests left time out at the agent
-                await self._recall_sub.unsubscribe()
+        if not closed:
+            await self._leave_request_groups()
         # a start stopped part way (a signal during start-up) has not made them all yet
         broker, recall, deps = (getattr(self, name, None) for name in ("broker", "recall", "deps"))
         if broker is not None:

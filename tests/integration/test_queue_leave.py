@@ -8,15 +8,22 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 import nats
 import pytest
 from nats.errors import NoRespondersError
 from nats.errors import TimeoutError as NatsTimeout
+from workers import start_worker
 
 from memstream.consumers.natsconn import leave_queue
+from memstream.producers.client import MemoryClient
 from memstream.producers.connection import request
+from memstream.producers.errors import CommandError, RecallError
+from memstream.schemas.settings import Settings
+from memstream.storage.ports import Embedder
+from memstream.storage.postgres import PgStore
 
 pytestmark = pytest.mark.integration
 
@@ -127,3 +134,50 @@ async def test_a_plain_drain_can_lose_a_request(nats_url: str, namespace: str) -
     )
     assert handovers > 100
     assert "no answer" in failures, f"{handovers} hand-overs with a plain drain lost none"
+
+
+async def test_a_worker_that_stops_leaves_no_recall_or_command_unanswered(
+    nats_url: str, namespace: str, pg: PgStore, tmp_path: Path, embedder: Embedder
+) -> None:
+    """A rolling restart's step: two workers answer recall and commands, one stops while
+    agents ask back to back. Every recall and every command gets its answer from one worker
+    or the other; none times out at the agent (its request left in the stopping worker). A
+    worker answers one command at a time, so with twenty agents asking some always wait in
+    its client when it stops: faststream's own stop dropped 5-10 of them here."""
+    settings = Settings(nats_url=nats_url, namespace=namespace)
+    workers = [
+        await start_worker(settings.model_copy(update={"state_dir": tmp_path / n}), pg, embedder)
+        for n in ("a", "b")
+    ]
+    stop = False
+    answered = {"recall": 0, "list": 0}
+    failures: list[str] = []
+
+    async def ask(mem: MemoryClient, what: str) -> None:
+        while not stop:
+            try:
+                if what == "recall":
+                    await mem.recall("where are the keys?", cache=False)
+                else:
+                    await mem.command("list")
+                answered[what] += 1
+            except (RecallError, CommandError) as exc:
+                failures.append(f"{what}: {exc}")
+
+    try:
+        async with MemoryClient("acme", user="bo", nats_url=nats_url, namespace=namespace) as mem:
+            # commands outnumber their answering: some wait in each worker's client
+            whats = ["recall"] * 3 + ["list"] * 20
+            askers = [asyncio.create_task(ask(mem, w)) for w in whats]
+            await asyncio.sleep(1.0)
+            served = workers[0].recall.served
+            await workers[0].stop()
+            await asyncio.sleep(1.0)
+            stop = True
+            await asyncio.gather(*askers)
+    finally:
+        for w in workers[1:]:
+            await w.stop()
+    assert served > 0  # the stopped worker did answer before it stopped
+    assert answered["recall"] > 50 and answered["list"] > 50
+    assert failures == []
