@@ -368,12 +368,14 @@ class Worker(Maintenance):
         task.add_done_callback(self._tasks.discard)
 
     async def _leave_request_groups(self) -> None:
-        """Leave the recall and command queue groups, answering every request already routed
-        here (``leave_queue``): the deployment's other workers answer from now on, and in a
-        rolling restart no agent's request is left to time out in a stopping worker (a plain
-        unsubscribe, faststream's stop, drops what waits in the client)."""
-        leaving = [(self._nc, self._recall_sub)] if self._recall_sub is not None else []
-        self._recall_sub = None
+        """Leave the recall, command and console-redaction queue groups, answering every
+        request already routed here (``leave_queue``): the deployment's other workers answer
+        from now on, and in a rolling restart no agent's request is left to time out in a
+        stopping worker (a plain unsubscribe, faststream's stop, drops what waits in the
+        client)."""
+        mine = (s for s in (self._recall_sub, self._redact_sub) if s is not None)
+        leaving = [(self._nc, sub) for sub in mine]
+        self._recall_sub = self._redact_sub = None
         for subscriber in self._command_subs:
             if subscriber.subscription is not None:
                 leaving.append((subscriber.connection, subscriber.subscription))
@@ -396,9 +398,8 @@ class Worker(Maintenance):
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
         closed = self._nc is None or self._nc.is_closed  # lost: nothing left to drain
-        for sub in (self._stats_sub, self._redact_sub):
-            if sub is not None and not closed:
-                await sub.unsubscribe()
+        if self._stats_sub is not None and not closed:  # every worker answers: no group
+            await self._stats_sub.unsubscribe()
         if not closed:
             await self._leave_request_groups()
         # a start stopped part way (a signal during start-up) has not made them all yet
