@@ -203,8 +203,8 @@ class ConsoleBackend(DeadLetters):
             return [(r.text, dict(r.counts)) for r in done]
         payload = {"items": [{"tenant": t or AUDIT_TENANT, "text": x} for t, x in items]}
         try:
-            msg = await self.nc.request(
-                self.subjects.ops("redact"), json.dumps(payload).encode(), timeout=5.0
+            msg = await request(
+                self.nc, self.subjects.ops("redact"), json.dumps(payload).encode(), 5.0
             )
             answered = json.loads(msg.data)["items"]
             return [(str(a["text"]), dict(a["counts"])) for a in answered]
