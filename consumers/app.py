@@ -381,10 +381,13 @@ class Worker(Maintenance):
                 leaving.append((subscriber.connection, subscriber.subscription))
                 subscriber.subscription = None  # left here: faststream's stop skips it
         connected = all(nc is not None and nc.is_connected for nc, _ in leaving)
-        if connected:  # NATS lost on the way: what was not answered times out at the agent
-            await asyncio.gather(
+        if connected:
+            left = await asyncio.gather(
                 *(leave_queue(nc, sub) for nc, sub in leaving), return_exceptions=True
             )
+            if failed := [type(e).__name__ for e in left if isinstance(e, BaseException)]:
+                # NATS lost on the way: what was not answered times out at the agent
+                log.warning("worker.leave_failed", groups=len(failed), error=failed[0])
         else:  # a drain waits for the server: the requests left time out at the agent
             for _, sub in leaving:
                 with contextlib.suppress(nats.errors.Error):

@@ -93,12 +93,10 @@ async def test_no_request_is_lost_while_responders_hand_over(nats_url: str, name
     assert failures == []
 
 
-async def test_leaving_keeps_taking_requests_until_the_server_stops_routing(
-    nats_url: str, namespace: str
-) -> None:
-    """A member that leaves answers what reaches it during its grace, then nothing: after
-    ``leave_queue`` its subscription is gone, and a request with no other member gets "no
-    responders" at once."""
+async def test_a_member_that_left_takes_no_more_requests(nats_url: str, namespace: str) -> None:
+    """``leave_queue`` does take the member out: once it returns, the member has answered
+    only what came before, and a request with no other member gets "no responders" at once
+    (the late requests its grace is for are the first test's)."""
     nc, asker = await nats.connect(nats_url), await nats.connect(nats_url)
     subject = f"{namespace}.recall"
     seen: list[bytes] = []
